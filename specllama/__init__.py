@@ -1,0 +1,33 @@
+"""specllama: exact speculative decoding for llama.cpp GGUF models."""
+
+from .demo import demo_pair
+from .engine import SpeculativeEngine, Step
+from .errors import SpecLlamaError
+from .generate import Chunk, GenerationResult, GenerationStats, generate, stream_generate
+from .sampling import SamplingParams, sample_from, to_probs, verify
+
+__all__ = [
+    "Chunk",
+    "GenerationResult",
+    "GenerationStats",
+    "SamplingParams",
+    "SpecLlamaError",
+    "SpeculativeEngine",
+    "Step",
+    "demo_pair",
+    "generate",
+    "open_engine",
+    "sample_from",
+    "stream_generate",
+    "to_probs",
+    "verify",
+]
+
+
+def __getattr__(name: str):
+    # Loading models needs llama_cpp; the math alone does not.
+    if name == "open_engine":
+        from .loader import open_engine
+
+        return open_engine
+    raise AttributeError(f"module 'specllama' has no attribute {name!r}")

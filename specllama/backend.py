@@ -1,0 +1,225 @@
+"""The one module that owns llama-cpp-python.
+
+It loads a GGUF file, tokenizes, decodes a batch asking llama.cpp for logits
+only on the rows the caller needs (never an n_ctx x n_vocab buffer), and
+rewinds the KV cache. It keeps the list of tokens the cache holds, so callers
+can reuse a shared prefix instead of evaluating it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp
+
+from .compat import VocabInfo
+from .errors import SpecLlamaError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+DEFAULT_N_GPU_LAYERS = 0
+
+
+def check_gguf_file(path: str | os.PathLike) -> str:
+    """Return ``path`` as a string if it names a readable GGUF file; raise
+    :class:`SpecLlamaError` otherwise."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise SpecLlamaError(f"model file not found: {path!r} (expected a path to a .gguf file)")
+    if os.path.isdir(path):
+        raise SpecLlamaError(f"model path is a directory: {path!r} (expected a path to a .gguf file)")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise SpecLlamaError(f"cannot read model file {path!r}: {e.strerror}") from None
+    if magic != GGUF_MAGIC:
+        raise SpecLlamaError(f"not a GGUF file: {path!r} (it starts with {magic!r}, a GGUF file with b'GGUF')")
+    return path
+
+
+def quantize(src: str, dst: str, *, ftype: int = llama_cpp.LLAMA_FTYPE_ALL_F32, n_threads: int = 0) -> None:
+    """Re-encode the GGUF model ``src`` as ``ftype`` (default F32) into ``dst``."""
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = n_threads
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SpecLlamaError(f"llama.cpp could not re-encode {src!r} as type {ftype} (code {rc})")
+
+
+class LlamaModel:
+    """One loaded model with one KV cache (sequence 0).
+
+    Args:
+        path: a GGUF file.
+        n_ctx: context length in tokens (the KV cache size).
+        n_gpu_layers: layers to offload to the GPU (-1 or a large number: all).
+        n_threads: CPU threads (None: llama-cpp-python's default).
+        n_batch: the most tokens one llama.cpp decode call takes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
+        n_threads: int | None = None,
+        n_batch: int = DEFAULT_N_BATCH,
+    ) -> None:
+        self.path = check_gguf_file(path)
+        if n_ctx < 1:
+            raise SpecLlamaError(f"context size must be >= 1 token, got {n_ctx}")
+        if n_threads is not None and n_threads < 1:
+            raise SpecLlamaError(f"threads must be >= 1, got {n_threads}")
+        try:
+            self.llama = llama_cpp.Llama(
+                model_path=self.path,
+                n_ctx=n_ctx,
+                n_batch=min(n_batch, n_ctx),
+                n_ubatch=min(n_batch, n_ctx),
+                n_gpu_layers=n_gpu_layers,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                logits_all=False,
+                # A full-size sliding-window cache, so rewinding after a
+                # rejection never needs a cell the window already dropped.
+                swa_full=True,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as e:
+            raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}") from None
+        self._ctx = self.llama.ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        #: the tokens the KV cache holds, position by position
+        self.tokens: list[int] = []
+        llama_cpp.llama_memory_clear(self._memory, True)
+
+    # -- vocabulary -------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self._vocab))
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def vocab_info(self) -> VocabInfo:
+        get_text = llama_cpp.llama_vocab_get_text
+        tokens = [get_text(self._vocab, i) or b"" for i in range(self.n_vocab)]
+        return VocabInfo(
+            path=self.path,
+            vocab_type=int(llama_cpp.llama_vocab_type(self._vocab)),
+            bos=self.bos,
+            eos=self.eos,
+            tokens=tokens,
+        )
+
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        """Text to token ids; BOS is added when ``add_bos`` and the model wants one."""
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for (control tokens render as b"")."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+                piece = buf.raw[:n]
+            else:
+                piece = self._piece_buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    # -- the KV cache -----------------------------------------------------
+
+    def eval(self, tokens: Sequence[int], *, n_logits: int = 1) -> np.ndarray:
+        """Append ``tokens`` to the cache; return logits for the last ``n_logits``.
+
+        Returns:
+            float32 array of shape (n_logits, n_vocab), a copy the caller owns;
+            row j is the distribution after tokens[: len(tokens) - n_logits + j + 1].
+        """
+        n = len(tokens)
+        if not 0 <= n_logits <= n:
+            raise ValueError(f"n_logits must be in [0, {n}], got {n_logits}")
+        if len(self.tokens) + n > self.n_ctx:
+            raise SpecLlamaError(
+                f"{len(self.tokens) + n} tokens do not fit the context of {self.n_ctx} (-c/--ctx-size)"
+            )
+        first_logit = n - n_logits
+        last_chunk = n - (n - 1) // self.n_batch * self.n_batch if n else 0
+        if n_logits > last_chunk:
+            raise ValueError(f"n_logits={n_logits} spans more than one batch of {self.n_batch}")
+        batch = self._batch
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            n_past = len(self.tokens)
+            for j, tok in enumerate(chunk):
+                batch.token[j] = tok
+                batch.pos[j] = n_past + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = 1 if start + j >= first_logit else 0
+            batch.n_tokens = len(chunk)
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # A failed decode may leave part of the batch in the cache.
+                self._remove_from(n_past)
+                raise RuntimeError(f"llama_decode failed with code {rc} on {self.path!r}")
+            self.tokens.extend(int(t) for t in chunk)
+        if n_logits == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        # The output rows of the last chunk are contiguous, in batch order.
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab)).copy()
+
+    def rewind(self, n_keep: int) -> None:
+        """Drop every cached token from position ``n_keep`` on."""
+        if n_keep < len(self.tokens):
+            self._remove_from(n_keep)
+            del self.tokens[n_keep:]
+
+    def _remove_from(self, pos: int) -> None:
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, pos, -1):
+            # Some caches (recurrent models) cannot drop a tail: start over.
+            llama_cpp.llama_memory_clear(self._memory, True)
+            del self.tokens[:]
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        with contextlib.suppress(Exception):
+            self.llama.close()
+
+    def __enter__(self) -> "LlamaModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

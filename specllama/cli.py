@@ -1,0 +1,122 @@
+"""The ``specllama`` command: parses flags, prints, and nothing else.
+
+Flags follow llama.cpp's names. Library errors become one-line
+``click.ClickException`` messages here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
+from .errors import SpecLlamaError
+from .generate import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS, stream_generate
+from .loader import open_engine
+from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+
+
+def _n_predict(ctx: click.Context, param: click.Parameter, value: int) -> int | None:
+    if value == 0:
+        raise click.BadParameter("0 generates nothing; use -1 (until the context is full) or a count >= 1")
+    return None if value < 0 else value
+
+
+def model_options(f):
+    """The model and sampling flags every command shares."""
+    options = [
+        click.option("-m", "--model", type=str, default=None, help="Target GGUF file (default: the demo pair)."),
+        click.option("-md", "--model-draft", "model_draft", type=str, default=None, help="Draft GGUF file."),
+        click.option("-c", "--ctx-size", "ctx_size", type=click.IntRange(min=1), default=DEFAULT_N_CTX,
+                     show_default=True, help="Context size in tokens, for both models."),
+        click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1),
+                     default=DEFAULT_N_GPU_LAYERS, show_default=True,
+                     help="Target layers to offload to the GPU (-1: all). Needs a GPU build of llama-cpp-python."),
+        click.option("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "n_gpu_layers_draft",
+                     type=click.IntRange(min=-1), default=None, help="Draft layers to offload (default: as -ngl)."),
+        click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads."),
+        click.option("--draft-max", "--spec-draft-n-max", "--draft", "draft_max", type=click.IntRange(min=0),
+                     default=DEFAULT_DRAFT_MAX, show_default=True, help="Tokens drafted per target pass (0: no draft)."),
+        click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
+                     show_default=True, help="Temperature (0: greedy)."),
+        click.option("--top-k", type=click.IntRange(min=0), default=DEFAULT_TOP_K, show_default=True,
+                     help="Top-k filter (0: off)."),
+        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=DEFAULT_TOP_P,
+                     show_default=True, help="Top-p filter (1: off)."),
+        click.option("--min-p", type=click.FloatRange(0, 1), default=DEFAULT_MIN_P, show_default=True,
+                     help="Min-p filter (0: off)."),
+        click.option("-s", "--seed", type=click.IntRange(min=-1), default=-1, show_default=True,
+                     help="Random seed (-1: a fresh one each run)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _params(temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> SamplingParams:
+    try:
+        return SamplingParams(temperature, top_k, top_p, min_p, None if seed < 0 else seed)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def boundary(f):
+    """Turn library errors a user can cause into one-line CLI errors."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except SpecLlamaError as e:
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="specllama")
+def main() -> None:
+    """Exact speculative decoding for llama.cpp GGUF models."""
+
+
+@main.command()
+@model_options
+@click.option("-p", "--prompt", required=True, help="The prompt text.")
+@click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=DEFAULT_MAX_TOKENS,
+              show_default=True, callback=_n_predict, help="Tokens to generate (-1: until the context is full).")
+@click.option("--stop", "-r", "--reverse-prompt", "stop", multiple=True, help="Stop at this text (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming.")
+@boundary
+def generate(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
+             temperature, top_k, top_p, min_p, seed, prompt, n_predict, stop, as_json) -> None:
+    """Generate text after a prompt; stats go to stderr."""
+    params = _params(temperature, top_k, top_p, min_p, seed)
+    with open_engine(model, model_draft, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
+                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+        pieces, tokens, finish, stats = [], [], "interrupted", None
+        try:
+            for chunk in stream_generate(engine, prompt, params=params, draft_max=draft_max,
+                                         max_tokens=n_predict, stop=stop):
+                pieces.append(chunk.text)
+                tokens.extend(chunk.tokens)
+                stats = chunk.stats
+                if chunk.finish_reason:
+                    finish = chunk.finish_reason
+                if not as_json and chunk.text:
+                    click.echo(chunk.text, nl=False)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends this generation; what came so far stands
+        if as_json:
+            out = {"text": "".join(pieces), "tokens": tokens, "finish_reason": finish}
+            out.update(stats.as_dict() if stats else {})
+            click.echo(json.dumps(out))
+        else:
+            click.echo("")
+            if stats is not None:
+                click.secho(stats.summary(), err=True, dim=True)
+        if finish == "interrupted":
+            sys.exit(130)

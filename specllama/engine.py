@@ -1,0 +1,215 @@
+"""The speculative decoding loop, as a generator of steps.
+
+Each step drafts k tokens with the draft model, has the target score
+[last, x_0 .. x_{k-1}] in one batch (k+1 rows of logits), keeps what the
+exact acceptance rule keeps, rewinds both KV caches to the accepted prefix
+and yields what it emitted. ``draft_max=0`` runs the very same code with
+k = 0: plain target-only decoding, the baseline for every comparison.
+
+The models are duck-typed (see :class:`Model`): anything that keeps a token
+list of its cache, evaluates a batch and rewinds will do.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+from .compat import check_compatible
+from .errors import SpecLlamaError
+from .sampling import SamplingParams, UniformSource, sample_from, to_probs, verify
+
+
+class Model(Protocol):
+    """What the engine needs of a model (``backend.LlamaModel`` is one)."""
+
+    tokens: list[int]
+    n_ctx: int
+    n_vocab: int
+
+    def eval(self, tokens: Sequence[int], *, n_logits: int = 1) -> np.ndarray: ...
+
+    def rewind(self, n_keep: int) -> None: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one iteration of the loop emitted.
+
+    Attributes:
+        tokens: the new tokens, in order (an end-of-generation token excluded).
+        n_drafted: draft tokens proposed this iteration (k).
+        n_accepted: how many of them the target kept.
+        draft_seconds: time spent drafting.
+        verify_seconds: time spent in the target pass and the acceptance test.
+        finish_reason: None while going on; "stop" at an end-of-generation
+            token; "length" at ``max_tokens`` or a full context.
+    """
+
+    tokens: list[int]
+    n_drafted: int
+    n_accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    finish_reason: str | None = None
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _sync_prefix(model: Model, seq: Sequence[int]) -> None:
+    """Make the cache hold exactly ``seq``, reusing the longest shared prefix."""
+    keep = common_prefix_len(model.tokens, seq)
+    model.rewind(keep)
+    if len(seq) > keep:
+        model.eval(seq[keep:], n_logits=0)
+
+
+class SpeculativeEngine:
+    """A target model, an optional draft model, and the loop that joins them.
+
+    Args:
+        target: the model whose distribution the output follows exactly.
+        draft: the model that proposes tokens, or None for target-only decoding.
+        check: verify first that the draft's vocabulary matches the target's.
+    """
+
+    def __init__(self, target: Model, draft: Model | None = None, *, check: bool = True) -> None:
+        if draft is not None and check:
+            check_compatible(target.vocab_info(), draft.vocab_info())  # type: ignore[attr-defined]
+        self.target = target
+        self.draft = draft
+
+    def close(self) -> None:
+        """Free both models (for models that can be closed)."""
+        for m in (self.draft, self.target):
+            if m is not None and hasattr(m, "close"):
+                m.close()
+
+    def __enter__(self) -> "SpeculativeEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def prefill(self, prompt_tokens: Sequence[int], *, draft: bool = True) -> None:
+        """Evaluate the prompt, all but its last token, in both caches."""
+        _sync_prefix(self.target, prompt_tokens[:-1])
+        if draft and self.draft is not None:
+            _sync_prefix(self.draft, prompt_tokens[:-1])
+
+    def steps(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        params: SamplingParams,
+        draft_max: int,
+        max_tokens: int | None,
+        rng: np.random.Generator | UniformSource,
+    ) -> Iterator[Step]:
+        """Decode after ``prompt_tokens`` until a finish reason.
+
+        Args:
+            prompt_tokens: the prompt, at least one token.
+            params: sampling transforms, applied alike to target and draft rows.
+            draft_max: tokens to draft per iteration (0: no draft).
+            max_tokens: the most tokens to emit (None: until the context is full).
+            rng: the one source of randomness for drafting and acceptance.
+
+        Yields:
+            one :class:`Step` per target pass; the last has a finish_reason.
+        """
+        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0:
+            raise SpecLlamaError(f"draft_max must be an integer >= 0 (0 = no draft), got {draft_max!r}")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+            raise SpecLlamaError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
+        if len(prompt_tokens) == 0:
+            raise SpecLlamaError("the prompt is empty (it must hold at least one token)")
+        target, draft = self.target, self.draft
+        if draft is None:
+            draft_max = 0
+        n_vocab = target.n_vocab
+        seq = list(prompt_tokens)
+        self.prefill(seq, draft=draft_max > 0)
+        n_emitted = 0
+        while True:
+            # k drafts need len(seq) + k target positions; never draft more
+            # than can still be emitted (k drafts emit up to k + 1 tokens).
+            room = target.n_ctx - len(seq)
+            if draft is not None:
+                room = min(room, draft.n_ctx - len(seq) + 1)
+            if room < 0:
+                yield Step([], 0, 0, 0.0, 0.0, "length")
+                return
+            k = min(draft_max, room)
+            if max_tokens is not None:
+                k = min(k, max_tokens - n_emitted - 1)
+
+            t0 = time.perf_counter()
+            draft_tokens: list[int] = []
+            q_rows: list[np.ndarray] = []
+            if k > 0:
+                for _ in range(k):
+                    # Only what the draft cache lacks: it never re-reads the prefix.
+                    full = seq + draft_tokens
+                    logits = draft.eval(full[len(draft.tokens):], n_logits=1)[0]
+                    q = to_probs(_fit_vocab(logits, n_vocab), params)
+                    x = sample_from(q, rng.random())
+                    draft_tokens.append(x)
+                    q_rows.append(q)
+                    if draft.is_eog(x):
+                        break  # nothing is drafted past an end of generation
+            t1 = time.perf_counter()
+
+            # One target pass scores every draft position and the bonus row.
+            n_rows = len(draft_tokens) + 1
+            logits = target.eval(seq[len(target.tokens):] + draft_tokens, n_logits=n_rows)
+            p_target = to_probs(logits, params)
+            q_draft = np.stack(q_rows) if q_rows else np.empty((0, n_vocab))
+            n_accepted, next_token = verify(p_target, q_draft, draft_tokens, rng)
+            new_tokens = draft_tokens[:n_accepted] + [next_token]
+
+            # Both caches keep seq + the accepted drafts; the next token is
+            # evaluated in the next pass.
+            target.rewind(len(seq) + n_accepted)
+            if draft is not None:
+                draft.rewind(min(len(draft.tokens), len(seq) + n_accepted))
+            t2 = time.perf_counter()
+
+            emitted: list[int] = []
+            finish = None
+            for tok in new_tokens:
+                if target.is_eog(tok):
+                    finish = "stop"
+                    break
+                emitted.append(tok)
+                if max_tokens is not None and n_emitted + len(emitted) >= max_tokens:
+                    finish = "length"
+                    break
+            seq.extend(new_tokens)
+            n_emitted += len(emitted)
+            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish)
+            if finish is not None:
+                return
+
+
+def _fit_vocab(logits: np.ndarray, n_vocab: int) -> np.ndarray:
+    """Draft logits over the target's vocabulary: ids the target lacks are
+    cut, ids the draft lacks (padding) get -inf."""
+    if logits.shape[0] == n_vocab:
+        return logits
+    if logits.shape[0] > n_vocab:
+        return logits[:n_vocab]
+    out = np.full(n_vocab, -np.inf, dtype=logits.dtype)
+    out[: logits.shape[0]] = logits
+    return out

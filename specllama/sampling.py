@@ -1,0 +1,216 @@
+"""The acceptance math of speculative sampling, in numpy alone.
+
+Names say which distribution is which: ``p_target`` is the target model's,
+``q_draft`` the draft model's, both *after* the same sampling transforms
+(:func:`to_probs` with the same :class:`SamplingParams`).
+
+The rule (Leviathan et al. 2023; Chen et al. 2023), for draft position i:
+
+* accept the draft token x with probability min(1, p(x) / q(x));
+* at the first rejection, sample from the residual max(0, p - q) / Z and stop;
+* if every draft token is accepted, sample a bonus token from p at row k.
+
+Every token then has exactly the distribution of sampling from p directly:
+min(q, p) + max(0, p - q) = p.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
+
+
+class UniformSource(Protocol):
+    """Anything with ``random() -> float`` in [0, 1): a numpy Generator, or a
+    scripted stand-in in tests that pins each coin."""
+
+    def random(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The sampling transforms, applied identically to target and draft rows.
+
+    ``top_k=0``, ``top_p=1.0`` and ``min_p=0.0`` switch a filter off;
+    ``temperature=0`` is greedy decoding (argmax). The filters run in
+    llama.cpp's default order: top-k, top-p, min-p, then temperature.
+    """
+
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K
+    top_p: float = DEFAULT_TOP_P
+    min_p: float = DEFAULT_MIN_P
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {k!r}")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+            raise ValueError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
+        m = self.min_p
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m <= 1.0):
+            raise ValueError(f"min_p must be a number in [0, 1] (0 = off), got {m!r}")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0):
+            raise ValueError(f"seed must be None or an integer >= 0, got {s!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def _row_to_probs(logits: np.ndarray, params: SamplingParams, out: np.ndarray) -> None:
+    """Write the sampling distribution of one logits row into ``out`` (zeroed)."""
+    n_vocab = logits.shape[0]
+    if np.isnan(logits).any():
+        raise ValueError("logits contain NaN; the model produced no usable distribution")
+    if params.greedy:
+        # Temperature 0 is an explicit argmax, never a division by a tiny number.
+        out[int(np.argmax(logits))] = 1.0
+        return
+    # Candidates: top-k by partial selection, so a 262k vocabulary is not sorted.
+    if 0 < params.top_k < n_vocab:
+        cand = np.argpartition(logits, n_vocab - params.top_k)[n_vocab - params.top_k:]
+    else:
+        cand = np.arange(n_vocab)
+    vals = logits[cand].astype(np.float64)
+    finite = vals > -np.inf
+    if not finite.all():
+        cand, vals = cand[finite], vals[finite]
+    if vals.size == 0:
+        raise ValueError("every logit is -inf; no token can be sampled")
+    if np.isposinf(vals).any():
+        # +inf logits: the distribution is uniform over them (the limit of softmax).
+        keep = np.isposinf(vals)
+        out[cand[keep]] = 1.0 / keep.sum()
+        return
+    if params.top_p < 1.0:
+        # Smallest set, most likely first, whose mass reaches top_p (llama.cpp's rule).
+        order = np.argsort(-vals, kind="stable")
+        cand, vals = cand[order], vals[order]
+        w = np.exp(vals - vals[0])
+        cum = np.cumsum(w)
+        n_keep = int(np.searchsorted(cum, params.top_p * cum[-1], side="left")) + 1
+        cand, vals = cand[:n_keep], vals[:n_keep]
+    if params.min_p > 0.0:
+        # Keep tokens with p >= min_p * p_max, i.e. logit >= max + log(min_p).
+        keep = vals >= vals.max() + math.log(params.min_p)
+        cand, vals = cand[keep], vals[keep]
+    scaled = vals / params.temperature
+    w = np.exp(scaled - scaled.max())
+    out[cand] = w / w.sum()
+
+
+def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Turn logits into the sampling distribution that ``params`` describe.
+
+    Args:
+        logits: one row (V,) or a 2-D array of rows (n, V).
+        params: the transforms; the same object must be used for target and draft.
+
+    Returns:
+        float64 probabilities of the same shape; each row sums to 1. With
+        temperature 0 each row is the one-hot argmax.
+    """
+    arr = np.asarray(logits)
+    if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
+        raise ValueError(f"logits must be a non-empty 1-D or 2-D array, got shape {arr.shape}")
+    rows = arr.reshape(-1, arr.shape[-1])
+    out = np.zeros(rows.shape, dtype=np.float64)
+    for i in range(rows.shape[0]):
+        _row_to_probs(rows[i], params, out[i])
+    return out.reshape(arr.shape)
+
+
+def sample_from(probs: np.ndarray, u: float) -> int:
+    """Inverse-CDF sample of one token from an (unnormalised) probability row.
+
+    Args:
+        probs: non-negative weights, shape (V,).
+        u: a uniform draw in [0, 1).
+
+    Returns:
+        The token id whose cumulative interval holds ``u``; a zero-weight token
+        is never returned.
+    """
+    cum = np.cumsum(probs, dtype=np.float64)
+    total = cum[-1]
+    if not (math.isfinite(total) and total > 0.0):
+        raise ValueError(f"cannot sample from a row whose mass is {total!r}")
+    # side="right": the first index whose cumulative mass exceeds u * total,
+    # which skips zero-weight entries (their cum equals their predecessor's).
+    return int(min(np.searchsorted(cum, u * total, side="right"), probs.shape[0] - 1))
+
+
+def acceptance_probability(p_target: np.ndarray, q_draft: np.ndarray) -> float:
+    """Probability that a token drawn from q is accepted: sum_x min(p(x), q(x))."""
+    return float(np.minimum(p_target, q_draft).sum())
+
+
+def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
+    """The distribution to sample after a rejection, max(0, p - q) / Z.
+
+    Where p == q (Z = 0, a rejection that can only come from rounding or a
+    draft token with q(x) = 0), it is p itself.
+    """
+    r = np.maximum(p_target - q_draft, 0.0)
+    z = float(r.sum())
+    if not (math.isfinite(z) and z > 0.0):
+        return np.asarray(p_target, dtype=np.float64) / float(np.sum(p_target))
+    return r / z
+
+
+def verify(
+    p_target: np.ndarray,
+    q_draft: np.ndarray,
+    draft_tokens: Sequence[int],
+    rng: np.random.Generator | UniformSource,
+) -> tuple[int, int]:
+    """Accept or reject draft tokens so the output is distributed exactly as p.
+
+    Args:
+        p_target: target probabilities, shape (k+1, V): row i conditions on the
+            prefix plus draft_tokens[:i]; row k gives the bonus token.
+        q_draft: draft probabilities, shape (k, V), rows as in p_target.
+        draft_tokens: the k draft token ids, token i sampled from q_draft[i].
+        rng: the source of uniform draws (one per position examined).
+
+    Returns:
+        ``(n_accepted, next_token)``: how many draft tokens are kept, and the
+        token that follows them: the residual sample at the first rejection,
+        or the bonus sample from ``p_target[k]`` when all k are accepted.
+    """
+    k = len(draft_tokens)
+    if p_target.ndim != 2 or p_target.shape[0] != k + 1:
+        raise ValueError(f"p_target must have shape (k+1, V) = ({k + 1}, V), got {p_target.shape}")
+    if q_draft.shape != (k, p_target.shape[1]):
+        raise ValueError(f"q_draft must have shape (k, V) = ({k}, {p_target.shape[1]}), got {q_draft.shape}")
+    for i, x in enumerate(draft_tokens):
+        x = int(x)
+        p_x = float(p_target[i, x])
+        q_x = float(q_draft[i, x])
+        u = rng.random()
+        if not (math.isfinite(p_x) and math.isfinite(q_x)):
+            raise ValueError(f"non-finite probability at draft position {i}: p={p_x}, q={q_x}")
+        # q(x) == 0: the draft could not have proposed x; treat it as a
+        # rejection so the residual decides. Otherwise u < p/q, written
+        # without the division: p >= q always accepts, q > p accepts with p/q.
+        if q_x > 0.0 and u * q_x < p_x:
+            continue
+        # Rejected: sample what q under-proposed, max(0, p - q) / Z.
+        return i, sample_from(residual(p_target[i], q_draft[i]), rng.random())
+    # All k accepted: the target's row k is a free extra token.
+    return k, sample_from(p_target[k], rng.random())

@@ -1,0 +1,62 @@
+"""Token bytes to text: UTF-8 safe streaming and stop strings."""
+
+from __future__ import annotations
+
+import codecs
+from typing import Sequence
+
+
+class TextAssembler:
+    """Turn a stream of token byte pieces into text deltas.
+
+    A character split over several tokens is held until it is whole, and text
+    that might be the start of a stop string is held until it is known not
+    to be one, so no delta ever has to be taken back.
+    """
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._stop = [s for s in stop if s]
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = ""
+        self.stopped = False
+
+    def push(self, piece: bytes) -> str:
+        """Add one token's bytes; return the text that is now safe to show.
+
+        After a stop string is seen, ``stopped`` is True and the returned text
+        ends just before it; later pushes return "".
+        """
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(piece)
+        if not self._stop:
+            out, self._pending = self._pending, ""
+            return out
+        cut = min((i for i in (self._pending.find(s) for s in self._stop) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            out, self._pending = self._pending[:cut], ""
+            return out
+        hold = self._held_suffix_len()
+        out = self._pending[: len(self._pending) - hold]
+        self._pending = self._pending[len(self._pending) - hold:]
+        return out
+
+    def flush(self) -> str:
+        """The text still held at the end of generation (an incomplete
+        character becomes U+FFFD)."""
+        if self.stopped:
+            return ""
+        out = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        return out
+
+    def _held_suffix_len(self) -> int:
+        """Length of the longest suffix of the pending text that begins a stop string."""
+        best = 0
+        for s in self._stop:
+            for n in range(min(len(s) - 1, len(self._pending)), best, -1):
+                if s.startswith(self._pending[-n:]):
+                    best = n
+                    break
+        return best

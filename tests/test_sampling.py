@@ -1,0 +1,280 @@
+"""The acceptance math: exact hand-made cases, then statistics at a fixed seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specllama.sampling import (
+    SamplingParams,
+    acceptance_probability,
+    residual,
+    sample_from,
+    to_probs,
+    verify,
+)
+
+from .stats_helpers import assert_distributed_as, assert_rate
+
+# The design note's worked example (shared/seeds).
+P_EX = np.array([0.5, 0.3, 0.15, 0.05])
+Q_EX = np.array([0.6, 0.2, 0.1, 0.1])
+
+
+class Scripted:
+    """A uniform source that returns pinned draws, in order."""
+
+    def __init__(self, *draws: float) -> None:
+        self.draws = list(draws)
+
+    def random(self) -> float:
+        return self.draws.pop(0)
+
+
+# -- exact ---------------------------------------------------------------
+
+
+def test_worked_example_acceptance_and_residual():
+    assert acceptance_probability(P_EX, Q_EX) == pytest.approx(0.85, abs=1e-12)
+    np.testing.assert_allclose(residual(P_EX, Q_EX), [0.0, 2 / 3, 1 / 3, 0.0], atol=1e-12)
+
+
+def test_accept_branch_then_bonus():
+    # x = 0: p/q = 0.5/0.6 = 0.833; u = 0.8 accepts. Bonus row cum = .1 .3 .6 1; u = .35 -> 2.
+    p = np.stack([P_EX, [0.1, 0.2, 0.3, 0.4]])
+    assert verify(p, Q_EX[None], [0], Scripted(0.8, 0.35)) == (1, 2)
+
+
+def test_reject_branch_samples_the_residual():
+    # u = 0.84 > 0.833 rejects x = 0; residual cum = 0, 2/3, 1, 1.
+    p = np.stack([P_EX, [0.25] * 4])
+    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.5)) == (0, 1)
+    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.7)) == (0, 2)
+    # the residual never returns a token that q over-proposes (0 and 3 here)
+    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.0)) == (0, 1)
+    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.9999)) == (0, 2)
+
+
+def test_p_above_q_always_accepts():
+    # x = 1: p = 0.3 >= q = 0.2, accepted whatever the coin.
+    p = np.stack([P_EX, [0.0, 0.0, 0.0, 1.0]])
+    assert verify(p, Q_EX[None], [1], Scripted(0.999999, 0.5)) == (1, 3)
+
+
+def test_all_accepted_gives_bonus_from_last_row():
+    p = np.stack([P_EX, P_EX, [0.0, 0.0, 1.0, 0.0]])
+    q = np.stack([Q_EX, Q_EX])
+    assert verify(p, q, [1, 2], Scripted(0.5, 0.5, 0.1)) == (2, 2)
+
+
+def test_second_position_rejected_keeps_first():
+    # x0 = 1 accepted; x1 = 3 has p/q = 0.5, u = 0.6 rejects; residual of row 1.
+    p = np.stack([P_EX, P_EX, [1.0, 0.0, 0.0, 0.0]])
+    q = np.stack([Q_EX, Q_EX])
+    assert verify(p, q, [1, 3], Scripted(0.1, 0.6, 0.9)) == (1, 2)
+
+
+def test_zero_length_draft_is_plain_sampling():
+    assert verify(P_EX[None], np.empty((0, 4)), [], Scripted(0.85)) == (0, 2)
+
+
+def test_q_zero_at_draft_token_is_a_rejection():
+    # q(3) = 0: the draft could not have proposed 3, so it is rejected and
+    # the residual max(0, p - q) decides.
+    q = np.array([0.5, 0.5, 0.0, 0.0])
+    p = np.stack([[0.25, 0.25, 0.25, 0.25], [1.0, 0, 0, 0]])
+    assert verify(p, q[None], [3], Scripted(0.0, 0.25)) == (0, 2)
+
+
+def test_empty_residual_falls_back_to_p():
+    # p == q, so max(0, p - q) sums to 0; a rejection (forced by q(x) = 0) samples p.
+    pq = np.array([0.5, 0.5, 0.0])
+    p = np.stack([pq, pq])
+    assert verify(p, pq[None], [2], Scripted(0.0, 0.75)) == (0, 1)
+    np.testing.assert_allclose(residual(pq, pq), pq)
+
+
+def test_non_finite_probabilities_are_refused():
+    p = np.stack([[np.nan, 0.5, 0.5], [0.2, 0.3, 0.5]])
+    q = np.array([[0.2, 0.3, 0.5]])
+    with pytest.raises(ValueError, match="non-finite"):
+        verify(p, q, [0], Scripted(0.5, 0.5))
+    with pytest.raises(ValueError, match="mass"):
+        sample_from(np.array([np.inf, 1.0]), 0.5)
+
+
+def test_shape_mismatch_is_refused():
+    with pytest.raises(ValueError, match=r"p_target must have shape \(k\+1, V\) = \(3, V\)"):
+        verify(np.ones((2, 4)) / 4, np.ones((2, 4)) / 4, [0, 1], Scripted())
+
+
+def test_sample_from_is_inverse_cdf_and_skips_zeros():
+    row = np.array([0.0, 0.2, 0.0, 0.8, 0.0])
+    assert [sample_from(row, u) for u in (0.0, 0.19, 0.2, 0.5, 0.99999)] == [1, 1, 3, 3, 3]
+
+
+# -- to_probs --------------------------------------------------------------
+
+LOGITS = np.log(P_EX)
+
+
+def test_to_probs_plain_softmax():
+    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 0, 1.0, 0.0)), P_EX, atol=1e-12)
+
+
+def test_to_probs_temperature_zero_is_one_hot_argmax():
+    logits = np.array([[0.1, 3.0, -1.0, 2.9], [5.0, 1.0, 1.0, 1.0]])
+    out = to_probs(logits, SamplingParams(temperature=0))
+    np.testing.assert_array_equal(out, [[0, 1, 0, 0], [1, 0, 0, 0]])
+
+
+def test_to_probs_temperature_two_flattens():
+    expected = np.sqrt(P_EX) / np.sqrt(P_EX).sum()
+    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(2.0, 0, 1.0, 0.0)), expected, atol=1e-12)
+
+
+def test_to_probs_top_k():
+    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 2, 1.0, 0.0)), [0.625, 0.375, 0, 0], atol=1e-12)
+
+
+def test_to_probs_top_p_keeps_smallest_set_reaching_p():
+    # cumulative 0.5, 0.8, 0.95: top_p 0.75 keeps two, 0.85 keeps three
+    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 0, 0.75, 0.0)), [0.625, 0.375, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(
+        to_probs(LOGITS, SamplingParams(1.0, 0, 0.85, 0.0)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
+    )
+
+
+def test_to_probs_min_p_relative_to_max():
+    # min_p 0.2: keep p >= 0.1
+    np.testing.assert_allclose(
+        to_probs(LOGITS, SamplingParams(1.0, 0, 1.0, 0.2)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
+    )
+
+
+def test_to_probs_filters_before_temperature():
+    # top-k 3 chosen on the raw logits, then temperature 0.5 sharpens the three
+    kept = P_EX[:3] ** 2
+    out = to_probs(LOGITS, SamplingParams(0.5, 3, 1.0, 0.0))
+    np.testing.assert_allclose(out, np.append(kept / kept.sum(), 0), atol=1e-12)
+
+
+def test_to_probs_minus_inf_logits_get_zero():
+    out = to_probs(np.array([0.0, -np.inf, 0.0]), SamplingParams(1.0, 0, 1.0, 0.0))
+    np.testing.assert_allclose(out, [0.5, 0, 0.5])
+
+
+def test_to_probs_refuses_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        to_probs(np.array([0.0, np.nan]), SamplingParams())
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"temperature": -1}, "temperature must be a finite number >= 0 (0 = greedy), got -1"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        ({"top_k": -3}, "top_k must be an integer >= 0 (0 = off), got -3"),
+        ({"top_p": 1.5}, "top_p must be a number in (0, 1] (1 = off), got 1.5"),
+        ({"top_p": 0.0}, "top_p must be a number in (0, 1] (1 = off), got 0.0"),
+        ({"min_p": -0.1}, "min_p must be a number in [0, 1] (0 = off), got -0.1"),
+        ({"seed": -5}, "seed must be None or an integer >= 0, got -5"),
+    ],
+)
+def test_sampling_params_validation(kwargs, text):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert text in str(info.value)
+
+
+def test_sampling_params_defaults_and_frozen():
+    sp = SamplingParams()
+    assert (sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed) == (0.8, 40, 0.95, 0.05, None)
+    with pytest.raises(AttributeError):
+        sp.temperature = 1.0  # type: ignore[misc]
+
+
+# -- statistics ------------------------------------------------------------
+
+N_RUNS = 12_000
+
+
+def run_two_positions(p_target, q_draft, n_runs, seed, verify_fn=verify):
+    """Draft two tokens from q, verify; record the first emitted token, whether
+    position 0 was accepted, and the second emitted token when it was."""
+    rng = np.random.default_rng(seed)
+    first = np.zeros(p_target.shape[1], dtype=np.int64)
+    second = np.zeros(p_target.shape[1], dtype=np.int64)
+    n_acc0 = 0
+    for _ in range(n_runs):
+        drafts = [sample_from(q_draft[i], rng.random()) for i in range(2)]
+        n_acc, nxt = verify_fn(p_target, q_draft, drafts, rng)
+        emitted = drafts[:n_acc] + [nxt]
+        first[emitted[0]] += 1
+        if n_acc >= 1:
+            n_acc0 += 1
+            second[emitted[1]] += 1
+    return first, n_acc0, second
+
+
+def _dirichlet(rng, n):
+    return rng.dirichlet(np.ones(n))
+
+
+def _cases():
+    rng = np.random.default_rng(7)
+    v = 6
+    rand_p = np.stack([_dirichlet(rng, v) for _ in range(3)])
+    rand_q = np.stack([_dirichlet(rng, v) for _ in range(2)])
+    one_hot = np.zeros(v)
+    one_hot[2] = 1.0
+    disjoint_p = np.array([0.4, 0.3, 0.3, 0.0, 0.0, 0.0])
+    disjoint_q = np.array([0.0, 0.0, 0.2, 0.4, 0.4, 0.0])
+    return {
+        "random": (rand_p, rand_q),
+        "p_equals_q": (rand_p, rand_p[:2]),
+        "one_hot_q": (rand_p, np.stack([one_hot, one_hot])),
+        "partly_disjoint": (np.stack([disjoint_p, disjoint_p, rand_p[2]]), np.stack([disjoint_q, disjoint_q])),
+        "one_hot_p": (np.stack([one_hot, one_hot, rand_p[2]]), rand_q),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_emitted_tokens_follow_the_target(case):
+    p_target, q_draft = _cases()[case]
+    first, n_acc0, second = run_two_positions(p_target, q_draft, N_RUNS, seed=11)
+    assert_distributed_as(first, p_target[0])
+    assert_rate(n_acc0, N_RUNS, acceptance_probability(p_target[0], q_draft[0]))
+    assert_distributed_as(second, p_target[1])
+
+
+def test_through_to_probs_with_every_filter():
+    rng = np.random.default_rng(3)
+    v = 12
+    target_logits = rng.normal(0, 1, (3, v))
+    draft_logits = target_logits[:2] + rng.normal(0, 0.8, (2, v))
+    params = SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.05)
+    p_target = to_probs(target_logits, params)
+    q_draft = to_probs(draft_logits, params)
+    assert 0.2 < acceptance_probability(p_target[0], q_draft[0]) < 0.95  # a case that tests something
+    first, n_acc0, second = run_two_positions(p_target, q_draft, N_RUNS, seed=5)
+    assert_distributed_as(first, p_target[0])
+    assert_rate(n_acc0, N_RUNS, acceptance_probability(p_target[0], q_draft[0]))
+    assert_distributed_as(second, p_target[1])
+
+
+def test_the_check_catches_a_biased_rule():
+    """The same statistics reject a rule that resamples from p instead of the
+    residual, so the tests above have the power to fail."""
+
+    def resample_from_p(p_target, q_draft, draft_tokens, rng):
+        for i, x in enumerate(draft_tokens):
+            if rng.random() * q_draft[i, x] < p_target[i, x]:
+                continue
+            return i, sample_from(p_target[i], rng.random())
+        return len(draft_tokens), sample_from(p_target[-1], rng.random())
+
+    p_target, q_draft = _cases()["random"]
+    first, _, _ = run_two_positions(p_target, q_draft, N_RUNS, seed=11, verify_fn=resample_from_p)
+    with pytest.raises(AssertionError, match="chi2"):
+        assert_distributed_as(first, p_target[0])
