@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -20,10 +21,57 @@ import llama_cpp
 from .compat import VocabInfo
 from .errors import SpecLlamaError
 
+# llama.cpp's log goes to this callback; it prints only while a model is
+# loaded with verbose=True. (llama-cpp-python's own callback maps the current
+# log levels wrongly and prints warnings as errors.)
+_log_verbose = False
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if _log_verbose:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+
+llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
 DEFAULT_N_GPU_LAYERS = 0
+
+
+def default_threads() -> int:
+    """All cores (llama-cpp-python's own default is half of them)."""
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _quiet_stderr(enabled: bool):
+    """Silence what llama.cpp prints while loading: its log, and what goes
+    straight to file descriptor 2."""
+    global _log_verbose
+    if not enabled:
+        _log_verbose = True
+        try:
+            yield
+        finally:
+            _log_verbose = False
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def check_gguf_file(path: str | os.PathLike) -> str:
@@ -64,6 +112,7 @@ class LlamaModel:
         n_gpu_layers: layers to offload to the GPU (-1 or a large number: all).
         n_threads: CPU threads (None: llama-cpp-python's default).
         n_batch: the most tokens one llama.cpp decode call takes.
+        verbose: let llama.cpp print its load log to stderr.
     """
 
     def __init__(
@@ -74,33 +123,38 @@ class LlamaModel:
         n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
         n_threads: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
+        verbose: bool = False,
     ) -> None:
         self.path = check_gguf_file(path)
         if n_ctx < 1:
             raise SpecLlamaError(f"context size must be >= 1 token, got {n_ctx}")
         if n_threads is not None and n_threads < 1:
             raise SpecLlamaError(f"threads must be >= 1, got {n_threads}")
+        if n_threads is None:
+            n_threads = default_threads()
         try:
-            self.llama = llama_cpp.Llama(
-                model_path=self.path,
-                n_ctx=n_ctx,
-                n_batch=min(n_batch, n_ctx),
-                n_ubatch=min(n_batch, n_ctx),
-                n_gpu_layers=n_gpu_layers,
-                n_threads=n_threads,
-                n_threads_batch=n_threads,
-                logits_all=False,
-                # A full-size sliding-window cache, so rewinding after a
-                # rejection never needs a cell the window already dropped.
-                swa_full=True,
-                verbose=False,
-            )
+            with _quiet_stderr(not verbose):
+                self.llama = llama_cpp.Llama(
+                    model_path=self.path,
+                    n_ctx=n_ctx,
+                    n_batch=min(n_batch, n_ctx),
+                    n_ubatch=min(n_batch, n_ctx),
+                    n_gpu_layers=n_gpu_layers,
+                    n_threads=n_threads,
+                    n_threads_batch=n_threads,
+                    logits_all=False,
+                    # A full-size sliding-window cache, so rewinding after a
+                    # rejection never needs a cell the window already dropped.
+                    swa_full=True,
+                    verbose=verbose,
+                )
         except (ValueError, RuntimeError) as e:
             raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}") from None
         self._ctx = self.llama.ctx
         self._vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        # llama.cpp may round the cache up; the context is what was asked for.
+        self.n_ctx = min(n_ctx, int(llama_cpp.llama_n_ctx(self._ctx)))
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)

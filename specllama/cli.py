@@ -32,13 +32,13 @@ def model_options(f):
         click.option("-md", "--model-draft", "model_draft", type=str, default=None, help="Draft GGUF file."),
         click.option("-c", "--ctx-size", "ctx_size", type=click.IntRange(min=1), default=DEFAULT_N_CTX,
                      show_default=True, help="Context size in tokens, for both models."),
-        click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1),
+        click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1),
                      default=DEFAULT_N_GPU_LAYERS, show_default=True,
                      help="Target layers to offload to the GPU (-1: all). Needs a GPU build of llama-cpp-python."),
-        click.option("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "n_gpu_layers_draft",
+        click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft",
                      type=click.IntRange(min=-1), default=None, help="Draft layers to offload (default: as -ngl)."),
         click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads."),
-        click.option("--draft-max", "--spec-draft-n-max", "--draft", "draft_max", type=click.IntRange(min=0),
+        click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
                      default=DEFAULT_DRAFT_MAX, show_default=True, help="Tokens drafted per target pass (0: no draft)."),
         click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
                      show_default=True, help="Temperature (0: greedy)."),
@@ -76,7 +76,25 @@ def boundary(f):
     return wrapper
 
 
-@click.group()
+class OneLineErrors(click.Group):
+    """A command group whose usage errors are one line ("Error: ..."), with
+    no usage banner, like every other error of specllama's."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=OneLineErrors)
 @click.version_option(package_name="specllama")
 def main() -> None:
     """Exact speculative decoding for llama.cpp GGUF models."""

@@ -1,0 +1,41 @@
+"""Shared fixtures: the tiny GGUF models the suite writes for itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .tiny_models import write_foreign_draft, write_pair
+
+TINY_CTX = 512
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(model_dir) -> tuple[str, str]:
+    """(target, draft) paths: a tiny llama and a perturbed copy of it."""
+    target, draft = write_pair(model_dir)
+    return str(target), str(draft)
+
+
+@pytest.fixture(scope="session")
+def foreign_draft(model_dir) -> tuple[str, int]:
+    """A draft whose vocabulary differs from the pair's, and the first id where."""
+    path, first_diff = write_foreign_draft(model_dir)
+    return str(path), first_diff
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_pair):
+    from specllama.backend import LlamaModel
+    from specllama.engine import SpeculativeEngine
+
+    target, draft = tiny_pair
+    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX), LlamaModel(draft, n_ctx=TINY_CTX))
+    yield engine
+    engine.close()

