@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import time
 from typing import Sequence
 
 import numpy as np
@@ -162,6 +163,8 @@ class LlamaModel:
         self._piece_buf = ctypes.create_string_buffer(256)
         #: the tokens the KV cache holds, position by position
         self.tokens: list[int] = []
+        #: seconds spent inside llama.cpp decoding (and copying logits), ever
+        self.decode_seconds = 0.0
         llama_cpp.llama_memory_clear(self._memory, True)
 
     # -- vocabulary -------------------------------------------------------
@@ -207,6 +210,12 @@ class LlamaModel:
             self._pieces[token] = piece
         return piece
 
+    def detokenize_special(self, token: int) -> str:
+        """A token's text with control tokens spelled out (``<bos>``, ...)."""
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
@@ -241,17 +250,27 @@ class LlamaModel:
                 batch.seq_id[j][0] = 0
                 batch.logits[j] = 1 if start + j >= first_logit else 0
             batch.n_tokens = len(chunk)
-            rc = llama_cpp.llama_decode(self._ctx, batch)
-            if rc != 0:
-                # A failed decode may leave part of the batch in the cache.
-                self._remove_from(n_past)
-                raise RuntimeError(f"llama_decode failed with code {rc} on {self.path!r}")
-            self.tokens.extend(int(t) for t in chunk)
+            t0 = time.perf_counter()
+            try:
+                rc = llama_cpp.llama_decode(self._ctx, batch)
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed with code {rc} on {self.path!r}")
+                self.tokens.extend(int(t) for t in chunk)
+            except BaseException:
+                # A failed or interrupted (Ctrl-C) decode may leave cells the
+                # token list does not know of: drop them, so both agree.
+                self._remove_from(len(self.tokens))
+                raise
+            finally:
+                self.decode_seconds += time.perf_counter() - t0
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         # The output rows of the last chunk are contiguous, in batch order.
+        t0 = time.perf_counter()
         ptr = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab)).copy()
+        rows = np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab)).copy()
+        self.decode_seconds += time.perf_counter() - t0
+        return rows
 
     def rewind(self, n_keep: int) -> None:
         """Drop every cached token from position ``n_keep`` on."""

@@ -138,3 +138,27 @@ def generate(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, thr
                 click.secho(stats.summary(), err=True, dim=True)
         if finish == "interrupted":
             sys.exit(130)
+
+
+@main.command()
+@model_options
+@click.option("-sys", "--system-prompt", "system_prompt", default=None, help="System prompt.")
+@click.option("--chat-format", default=None,
+              help="A llama-cpp-python chat format name (default: the model's own template).")
+@click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
+              callback=_n_predict, help="Most tokens per reply (-1: until the model stops or the context is full).")
+@boundary
+def chat(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
+         temperature, top_k, top_p, min_p, seed, system_prompt, chat_format, n_predict) -> None:
+    """Chat with the model; the conversation stays in both KV caches."""
+    from . import repl
+    from .chat import ChatSession, make_formatter
+
+    params = _params(temperature, top_k, top_p, min_p, seed)
+    with open_engine(model, model_draft, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
+                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+        formatter, origin = make_formatter(engine.target, chat_format)
+        session = ChatSession(engine, formatter, system_prompt, params=params, draft_max=draft_max,
+                              max_tokens=n_predict)
+        draft = "no draft" if engine.draft is None else f"draft {engine.draft.path} (--draft-max {draft_max})"
+        repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {origin}. /help for commands.")

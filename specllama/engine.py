@@ -67,12 +67,17 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def _sync_prefix(model: Model, seq: Sequence[int]) -> None:
-    """Make the cache hold exactly ``seq``, reusing the longest shared prefix."""
+def _sync_prefix(model: Model, seq: Sequence[int]) -> int:
+    """Make the cache hold exactly ``seq``, reusing the longest shared prefix.
+
+    Returns:
+        how many tokens had to be evaluated.
+    """
     keep = common_prefix_len(model.tokens, seq)
     model.rewind(keep)
     if len(seq) > keep:
         model.eval(seq[keep:], n_logits=0)
+    return len(seq) - keep
 
 
 class SpeculativeEngine:
@@ -102,11 +107,17 @@ class SpeculativeEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def prefill(self, prompt_tokens: Sequence[int], *, draft: bool = True) -> None:
-        """Evaluate the prompt, all but its last token, in both caches."""
-        _sync_prefix(self.target, prompt_tokens[:-1])
+    def prefill(self, prompt_tokens: Sequence[int], *, draft: bool = True) -> int:
+        """Evaluate the prompt, all but its last token, in both caches,
+        reusing what they already hold.
+
+        Returns:
+            how many prompt tokens the target had to evaluate.
+        """
+        n_evaluated = _sync_prefix(self.target, prompt_tokens[:-1])
         if draft and self.draft is not None:
             _sync_prefix(self.draft, prompt_tokens[:-1])
+        return n_evaluated
 
     def steps(
         self,

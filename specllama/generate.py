@@ -27,11 +27,13 @@ class GenerationStats:
     """Counts and timings of one generation."""
 
     n_prompt_tokens: int = 0
+    n_prompt_evaluated: int = 0
     n_tokens: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
     n_target_passes: int = 0
     prompt_seconds: float = 0.0
+    ttft_seconds: float = 0.0
     seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -50,6 +52,10 @@ class GenerationStats:
     def tokens_per_pass(self) -> float:
         """Mean tokens emitted per target forward pass."""
         return self.n_tokens / self.n_target_passes if self.n_target_passes else 0.0
+
+    def __add__(self, other: "GenerationStats") -> "GenerationStats":
+        """Totals over several generations (a chat session's, say)."""
+        return GenerationStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -133,7 +139,7 @@ def stream_generate(
     stats = GenerationStats(n_prompt_tokens=len(prompt_tokens))
     text = TextAssembler(stop)
     t_start = time.perf_counter()
-    engine.prefill(prompt_tokens, draft=draft_max > 0)
+    stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=draft_max > 0)
     t_decode = time.perf_counter()
     stats.prompt_seconds = t_decode - t_start
     steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max_tokens, rng=rng)
@@ -146,6 +152,8 @@ def stream_generate(
             stats.draft_seconds += step.draft_seconds
             stats.verify_seconds += step.verify_seconds
             stats.seconds = time.perf_counter() - t_decode
+            if not stats.ttft_seconds and step.tokens:
+                stats.ttft_seconds = stats.prompt_seconds + stats.seconds
             delta = "".join(text.push(engine.target.token_bytes(t)) for t in step.tokens)  # type: ignore[attr-defined]
             finish = "stop" if text.stopped else step.finish_reason
             if finish is not None:
