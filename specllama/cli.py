@@ -25,11 +25,19 @@ def _n_predict(ctx: click.Context, param: click.Parameter, value: int) -> int | 
     return None if value < 0 else value
 
 
-def model_options(f):
-    """The model and sampling flags every command shares."""
-    options = [
-        click.option("-m", "--model", type=str, default=None, help="Target GGUF file (default: the demo pair)."),
-        click.option("-md", "--model-draft", "model_draft", type=str, default=None, help="Draft GGUF file."),
+def _apply(f, options):
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def load_options(f):
+    """The flags that choose and load the models."""
+    return _apply(f, [
+        click.option("-m", "--model", type=str, default=None, help="Target GGUF file, or a pair name (default: the demo pair)."),
+        click.option("-md", "--model-draft", "model_draft", type=str, default=None,
+                     help="Draft GGUF file (or a pair name from `specllama models`)."),
+        click.option("--pair", default=None, help="A curated pair from `specllama models` for -m and -md."),
         click.option("-c", "--ctx-size", "ctx_size", type=click.IntRange(min=1), default=DEFAULT_N_CTX,
                      show_default=True, help="Context size in tokens, for both models."),
         click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1),
@@ -38,10 +46,12 @@ def model_options(f):
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft",
                      type=click.IntRange(min=-1), default=None, help="Draft layers to offload (default: as -ngl)."),
         click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads."),
-        click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
-                     default=DEFAULT_DRAFT_MAX, show_default=True, help="Tokens drafted per target pass (0: no draft)."),
-        click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
-                     show_default=True, help="Temperature (0: greedy)."),
+    ])
+
+
+def filter_options(f):
+    """Sampling filters and the seed."""
+    return _apply(f, [
         click.option("--top-k", type=click.IntRange(min=0), default=DEFAULT_TOP_K, show_default=True,
                      help="Top-k filter (0: off)."),
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=DEFAULT_TOP_P,
@@ -50,10 +60,19 @@ def model_options(f):
                      help="Min-p filter (0: off)."),
         click.option("-s", "--seed", type=click.IntRange(min=-1), default=-1, show_default=True,
                      help="Random seed (-1: a fresh one each run)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+    ])
+
+
+def model_options(f):
+    """The model and sampling flags generate and chat share."""
+    f = filter_options(f)
+    f = _apply(f, [
+        click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
+                     default=DEFAULT_DRAFT_MAX, show_default=True, help="Tokens drafted per target pass (0: no draft)."),
+        click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
+                     show_default=True, help="Temperature (0: greedy)."),
+    ])
+    return load_options(f)
 
 
 def _params(temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> SamplingParams:
@@ -108,11 +127,11 @@ def main() -> None:
 @click.option("--stop", "-r", "--reverse-prompt", "stop", multiple=True, help="Stop at this text (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming.")
 @boundary
-def generate(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
+def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
              temperature, top_k, top_p, min_p, seed, prompt, n_predict, stop, as_json) -> None:
     """Generate text after a prompt; stats go to stderr."""
     params = _params(temperature, top_k, top_p, min_p, seed)
-    with open_engine(model, model_draft, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
+    with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
         pieces, tokens, finish, stats = [], [], "interrupted", None
         try:
@@ -148,17 +167,112 @@ def generate(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, thr
 @click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
               callback=_n_predict, help="Most tokens per reply (-1: until the model stops or the context is full).")
 @boundary
-def chat(model, model_draft, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
+def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
          temperature, top_k, top_p, min_p, seed, system_prompt, chat_format, n_predict) -> None:
     """Chat with the model; the conversation stays in both KV caches."""
     from . import repl
     from .chat import ChatSession, make_formatter
 
     params = _params(temperature, top_k, top_p, min_p, seed)
-    with open_engine(model, model_draft, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
+    with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
         formatter, origin = make_formatter(engine.target, chat_format)
         session = ChatSession(engine, formatter, system_prompt, params=params, draft_max=draft_max,
                               max_tokens=n_predict)
         draft = "no draft" if engine.draft is None else f"draft {engine.draft.path} (--draft-max {draft_max})"
         repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {origin}. /help for commands.")
+
+
+def _number_list(kind: type, name: str, minimum: float):
+    """A click callback parsing "1,2,4,8" into a list, with a one-line error."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        try:
+            items = [kind(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            items = None
+        if not items or any(v < minimum for v in items):
+            raise click.BadParameter(
+                f"{value!r} is not a comma-separated list of {name} >= {minimum:g} (e.g. {param.metavar})"
+            )
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
+@main.command()
+@load_options
+@filter_options
+@click.option("--draft-max", "--spec-draft-n-max", "draft_maxes", metavar="1,2,4,8", default=None,
+              callback=_number_list(int, "draft lengths", 1), help="Draft lengths to sweep (default 1,2,4,8).")
+@click.option("--temp", "temperatures", metavar="0,0.8", default=None,
+              callback=_number_list(float, "temperatures", 0), help="Temperatures to sweep (default 0,0.8).")
+@click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=1), default=None,
+              help="Tokens per run (default 48; --quick 32).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Passes over the prompts.")
+@click.option("--prompts", "prompts_file", default=None, help="Prompts file: text lines, or JSONL with \"prompt\".")
+@click.option("--quick", is_flag=True, help="A short run: k=4, two prompts, 32 tokens.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...]} instead of the table.')
+@click.option("--plot", "plot_path", default=None, help="Also draw speedup and acceptance into this PNG file.")
+@boundary
+def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, top_k, top_p, min_p, seed,
+          draft_maxes, temperatures, n_predict, repeat, prompts_file, quick, as_json, plot_path) -> None:
+    """Measure speculative against target-only decoding on this machine."""
+    from . import bench as b
+
+    if plot_path:
+        from .bench_plot import check_plot_path
+
+        check_plot_path(plot_path)
+    prompts = b.load_prompts(prompts_file) if prompts_file else [
+        (name, text) for name, text in b.BUILTIN_PROMPTS.items() if not quick or name in b.QUICK_PROMPTS]
+    draft_maxes = draft_maxes or list(b.QUICK_DRAFT_MAXES if quick else b.DEFAULT_DRAFT_MAXES)
+    temperatures = temperatures or list(b.DEFAULT_TEMPERATURES)
+    n_tokens = n_predict or (b.QUICK_TOKENS if quick else b.DEFAULT_BENCH_TOKENS)
+    base = _params(0.0, top_k, top_p, min_p, seed)
+    with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
+                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+        total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat)
+        with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
+            result = b.run_bench(engine, prompts, temperatures=temperatures, draft_maxes=draft_maxes,
+                                 n_tokens=n_tokens, repeat=repeat, seed=max(seed, 0), base_params=base,
+                                 on_run=lambda: bar.update(1))
+    if plot_path:
+        from .bench_plot import save_plot
+
+        save_plot(result, plot_path)
+    if as_json:
+        click.echo(json.dumps(result.as_dict()))
+        return
+    click.echo(b.format_table(result))
+    click.echo(f"peak RSS {result.peak_rss_mb:.0f} MB; {n_tokens} tokens x {len(prompts)} prompts x {repeat}")
+    click.echo(result.recommendation())
+
+
+@main.command()
+def models() -> None:
+    """List the curated draft/target pairs and which files are downloaded."""
+    from .models import cached_path, curated_pairs
+
+    for pair in curated_pairs().values():
+        click.echo(pair.name)
+        for f in (pair.target, pair.draft):
+            path = cached_path(f)
+            state = f"downloaded: {path}" if path else "not downloaded"
+            click.echo(f"  {f.role:<6}  {f.repo}/{f.filename}  ({f.size}; {state})")
+    click.echo("Download a pair with: specllama pull NAME; then use -m NAME -md NAME or --pair NAME.")
+
+
+@main.command()
+@click.argument("name")
+@boundary
+def pull(name) -> None:
+    """Download both files of a curated pair into the Hugging Face cache."""
+    from .models import pull as pull_pair
+
+    target, draft = pull_pair(name, on_file=lambda f: click.echo(f"{f.role}: {f.repo}/{f.filename} ({f.size})",
+                                                                  err=True))
+    click.echo(f"target: {target}\ndraft:  {draft}")
+    click.echo(f"use: specllama generate --pair {name} -p \"...\"")

@@ -1,0 +1,291 @@
+"""Does speculation pay on this machine? Target-only and speculative decoding
+on the same prompts, seeds and lengths, in one process, order alternating.
+
+Every figure is a ratio or a cost measured in the same run. The predicted
+speedup is Leviathan et al. (2023), Theorem 3.8, with measured costs: a
+draft step costs t_draft, a (k+1)-row verify pass costs t_verify (measured,
+in place of one target step), and one target-only step costs t_target:
+
+    predicted = E[tokens per pass] * t_target / (k * t_draft + t_verify),
+    E[tokens per pass] = (1 - a^(k+1)) / (1 - a)   (a: acceptance rate).
+
+All three costs are time inside llama.cpp, so ``efficiency`` = measured /
+predicted shows what the Python loop (and acceptance that is not
+independent from position to position) costs.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .engine import SpeculativeEngine
+from .errors import SpecLlamaError
+from .sampling import SamplingParams
+
+_REPETITIVE = (
+    "The meeting opened at nine. The committee reviewed the budget. The committee approved the budget. "
+    "The committee reviewed the schedule. The committee approved the schedule. The committee reviewed "
+    "the hiring plan. The committee approved the hiring plan. The meeting closed at noon. "
+)
+
+BUILTIN_PROMPTS: dict[str, str] = {
+    "story": "Once upon a time, in a small village by the sea,",
+    "code": 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "qa": "Question: Why is the sky blue?\nAnswer:",
+    "summary": "Minutes:\n" + _REPETITIVE * 2 + "\nSummary of the minutes above:",
+}
+
+DEFAULT_DRAFT_MAXES = (1, 2, 4, 8)
+DEFAULT_TEMPERATURES = (0.0, 0.8)
+DEFAULT_BENCH_TOKENS = 48
+QUICK_DRAFT_MAXES = (4,)
+QUICK_PROMPTS = ("story", "summary")
+QUICK_TOKENS = 32
+
+
+def load_prompts(path: str) -> list[tuple[str, str]]:
+    """Prompts from a file: one per line, or JSON Lines with a "prompt" key
+    (and an optional "name")."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecLlamaError(f"prompts file not found: {path!r} (text lines or JSONL with a \"prompt\" key)")
+    lines = [line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise SpecLlamaError(f"prompts file {path!r} is empty: give one prompt per line, or JSONL")
+    prompts = []
+    for i, line in enumerate(lines, 1):
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+                prompts.append((str(obj.get("name", f"line {i}")), str(obj["prompt"])))
+            except (json.JSONDecodeError, KeyError, AttributeError):
+                raise SpecLlamaError(f"{path!r} line {i}: a JSON line needs a \"prompt\" key") from None
+        else:
+            prompts.append((f"line {i}", line))
+    return prompts
+
+
+def predicted_speedup(acceptance: float, k: int, t_target: float, t_draft: float, t_verify: float) -> float:
+    """Leviathan et al. Thm 3.8 with a measured verify cost (see module doc)."""
+    if k == 0 or t_verify <= 0:
+        return 1.0
+    expected = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+    return expected * t_target / (k * t_draft + t_verify)
+
+
+@dataclass
+class Tally:
+    """Sums over the runs of one configuration."""
+
+    n_tokens: int = 0
+    seconds: float = 0.0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_passes: int = 0
+    draft_decode: float = 0.0
+    target_decode: float = 0.0
+    accepted_at: list[int] = field(default_factory=list)
+    tried_at: list[int] = field(default_factory=list)
+
+    def position(self, i: int, accepted: bool) -> None:
+        while len(self.tried_at) <= i:
+            self.tried_at.append(0)
+            self.accepted_at.append(0)
+        self.tried_at[i] += 1
+        self.accepted_at[i] += accepted
+
+
+@dataclass
+class BenchRow:
+    temperature: float
+    draft_max: int
+    target_tps: float
+    spec_tps: float
+    speedup: float
+    acceptance_rate: float
+    tokens_per_pass: float
+    draft_ms_per_token: float
+    verify_ms_per_pass: float
+    target_ms_per_token: float
+    overhead_ms: float
+    overhead_fraction: float
+    predicted_speedup: float
+    efficiency: float
+    acceptance_by_position: list[float]
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    n_tokens: int
+    repeat: int
+    prompts: list[str]
+    peak_rss_mb: float
+
+    def best(self) -> BenchRow:
+        return max(self.rows, key=lambda r: r.speedup)
+
+    def recommendation(self) -> str:
+        b = self.best()
+        if b.speedup < 1.0:
+            return f"best: --draft-max 0 (speculation did not pay here; best try --draft-max {b.draft_max} " \
+                   f"at temp {b.temperature:g}, {b.speedup:.2f}x)"
+        return f"best: --draft-max {b.draft_max} at temp {b.temperature:g}, {b.speedup:.2f}x"
+
+    def as_dict(self) -> dict:
+        return {
+            "rows": [asdict(r) for r in self.rows],
+            "n_tokens": self.n_tokens,
+            "repeat": self.repeat,
+            "prompts": self.prompts,
+            "peak_rss_mb": self.peak_rss_mb,
+            "recommendation": self.recommendation(),
+        }
+
+
+def _decode_seconds(model) -> float:
+    return getattr(model, "decode_seconds", 0.0) if model is not None else 0.0
+
+
+def _run_once(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, k: int,
+              n_tokens: int, seed: int, tally: Tally) -> None:
+    engine.prefill(prompt_tokens, draft=k > 0)  # not timed: both modes start from a cached prompt
+    d0, t0 = _decode_seconds(engine.draft), _decode_seconds(engine.target)
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    for step in engine.steps(prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens, rng=rng):
+        tally.n_tokens += len(step.tokens)
+        tally.n_drafted += step.n_drafted
+        tally.n_accepted += step.n_accepted
+        tally.n_passes += 1
+        for i in range(min(step.n_accepted + 1, step.n_drafted)):
+            tally.position(i, i < step.n_accepted)
+    tally.seconds += time.perf_counter() - start
+    tally.draft_decode += _decode_seconds(engine.draft) - d0
+    tally.target_decode += _decode_seconds(engine.target) - t0
+
+
+def _row(temperature: float, k: int, base: Tally, spec: Tally) -> BenchRow:
+    target_tps = base.n_tokens / base.seconds if base.seconds else 0.0
+    spec_tps = spec.n_tokens / spec.seconds if spec.seconds else 0.0
+    acceptance = spec.n_accepted / spec.n_drafted if spec.n_drafted else 0.0
+    t_target = base.target_decode / base.n_passes if base.n_passes else 0.0
+    t_draft = spec.draft_decode / spec.n_drafted if spec.n_drafted else 0.0
+    t_verify = spec.target_decode / spec.n_passes if spec.n_passes else 0.0
+    overhead = (spec.seconds - spec.draft_decode - spec.target_decode) / spec.n_passes if spec.n_passes else 0.0
+    speedup = spec_tps / target_tps if target_tps else 0.0
+    predicted = predicted_speedup(acceptance, k, t_target, t_draft, t_verify)
+    return BenchRow(
+        temperature=temperature,
+        draft_max=k,
+        target_tps=target_tps,
+        spec_tps=spec_tps,
+        speedup=speedup,
+        acceptance_rate=acceptance,
+        tokens_per_pass=spec.n_tokens / spec.n_passes if spec.n_passes else 0.0,
+        draft_ms_per_token=1000 * t_draft,
+        verify_ms_per_pass=1000 * t_verify,
+        target_ms_per_token=1000 * t_target,
+        overhead_ms=1000 * overhead,
+        overhead_fraction=overhead * spec.n_passes / spec.seconds if spec.seconds else 0.0,
+        predicted_speedup=predicted,
+        efficiency=speedup / predicted if predicted else 0.0,
+        acceptance_by_position=[a / t if t else 0.0 for a, t in zip(spec.accepted_at, spec.tried_at)],
+    )
+
+
+def run_bench(
+    engine: SpeculativeEngine,
+    prompts: Sequence[tuple[str, str]],
+    *,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
+    draft_maxes: Sequence[int] = DEFAULT_DRAFT_MAXES,
+    n_tokens: int = DEFAULT_BENCH_TOKENS,
+    repeat: int = 1,
+    seed: int = 0,
+    base_params: SamplingParams = SamplingParams(),
+    on_run: Callable[[], None] = lambda: None,
+) -> BenchResult:
+    """Measure target-only against each draft length at each temperature.
+
+    Args:
+        engine: a pair with a draft model.
+        prompts: (name, text) pairs.
+        temperatures, draft_maxes: the sweep (draft lengths >= 1).
+        n_tokens: tokens generated per run.
+        repeat: passes over the prompts.
+        seed: runs of one prompt and pass share a seed across configurations.
+        base_params: top-k, top-p, min-p for every run (temperature is swept).
+        on_run: called after each run (a progress bar's update).
+    """
+    if engine.draft is None:
+        raise SpecLlamaError("bench needs a draft model (-md/--model-draft)")
+    if not temperatures or not draft_maxes:
+        raise SpecLlamaError("bench needs at least one temperature and one draft length")
+    if any(k < 1 for k in draft_maxes):
+        raise SpecLlamaError(f"draft lengths to sweep must be >= 1 (0, target only, is always measured), got {list(draft_maxes)}")
+    if repeat < 1:
+        raise SpecLlamaError(f"repeat must be >= 1, got {repeat}")
+    encoded = [engine.target.tokenize(text) for _, text in prompts]
+    for (name, _), toks in zip(prompts, encoded):
+        if len(toks) + n_tokens + max(draft_maxes) + 1 > engine.target.n_ctx:
+            raise SpecLlamaError(f"prompt {name!r} ({len(toks)} tokens) plus {n_tokens} new tokens does not fit "
+                                 f"the context of {engine.target.n_ctx} (-c/--ctx-size)")
+    configs = [0, *draft_maxes]
+    # warm-up: the first decodes of a process are slower (allocation, caches)
+    warm = encoded[0]
+    for k in (0, max(draft_maxes)):
+        _run_once(engine, warm, SamplingParams(temperature=0), k, 8, seed, Tally())
+
+    rows = []
+    for temperature in temperatures:
+        params = SamplingParams(temperature, base_params.top_k, base_params.top_p, base_params.min_p)
+        tallies = {k: Tally() for k in configs}
+        for r in range(repeat):
+            for j, toks in enumerate(encoded):
+                order = configs if (r + j) % 2 == 0 else configs[::-1]
+                for k in order:
+                    _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, tallies[k])
+                    on_run()
+        rows += [_row(temperature, k, tallies[0], tallies[k]) for k in draft_maxes]
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
+    return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb)
+
+
+def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int) -> int:
+    return n_prompts * len(temperatures) * (len(draft_maxes) + 1) * repeat
+
+
+TABLE_COLUMNS = [
+    ("temp", "temperature", "{:g}"),
+    ("k", "draft_max", "{}"),
+    ("target tok/s", "target_tps", "{:.1f}"),
+    ("spec tok/s", "spec_tps", "{:.1f}"),
+    ("speedup", "speedup", "{:.2f}x"),
+    ("accept", "acceptance_rate", "{:.0%}"),
+    ("tok/pass", "tokens_per_pass", "{:.2f}"),
+    ("draft ms/tok", "draft_ms_per_token", "{:.1f}"),
+    ("verify ms/pass", "verify_ms_per_pass", "{:.1f}"),
+    ("overhead ms", "overhead_ms", "{:.2f}"),
+    ("predicted", "predicted_speedup", "{:.2f}x"),
+    ("efficiency", "efficiency", "{:.2f}"),
+]
+
+
+def format_table(result: BenchResult) -> str:
+    cells = [[h for h, _, _ in TABLE_COLUMNS]]
+    for row in result.rows:
+        cells.append([fmt.format(getattr(row, key)) for _, key, fmt in TABLE_COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

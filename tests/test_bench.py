@@ -1,0 +1,109 @@
+"""`specllama bench`: the JSON schema and the arithmetic of its figures, on the
+tiny models; the plot; bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from specllama.bench import load_prompts, predicted_speedup
+from specllama.cli import main
+
+ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "acceptance_rate",
+            "tokens_per_pass", "overhead_ms", "predicted_speedup", "efficiency", "draft_ms_per_token",
+            "verify_ms_per_pass", "target_ms_per_token", "acceptance_by_position"}
+
+
+def bench(tiny_pair, *args: str):
+    return CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "1024", *args])
+
+
+def test_predicted_speedup_formula():
+    # a = 0.8, k = 4: E = (1 - 0.8^5) / 0.2 = 3.3616; cost 4*2 + 12 = 20 vs 10 a token
+    assert predicted_speedup(0.8, 4, 10.0, 2.0, 12.0) == pytest.approx(3.3616 * 10 / 20)
+    # every draft accepted: E = k + 1
+    assert predicted_speedup(1.0, 3, 10.0, 1.0, 11.0) == pytest.approx(4 * 10 / 14)
+    # nothing accepted: one token a pass, at the price of drafting
+    assert predicted_speedup(0.0, 2, 10.0, 3.0, 10.0) == pytest.approx(10 / 16)
+    # draft_max 0 is the baseline itself
+    assert predicted_speedup(0.5, 0, 10.0, 3.0, 10.0) == 1.0
+
+
+def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path):
+    png = tmp_path / "bench.png"
+    r = bench(tiny_pair, "--json", "-n", "24", "--draft-max", "1,3", "--temp", "0,1", "--plot", str(png))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)  # stdout holds only the JSON; the progress bar is on stderr
+    rows = out["rows"]
+    assert [(row["temperature"], row["draft_max"]) for row in rows] == [(0.0, 1), (0.0, 3), (1.0, 1), (1.0, 3)]
+    for row in rows:
+        assert ROW_KEYS <= set(row)
+        assert row["speedup"] == pytest.approx(row["spec_tps"] / row["target_tps"])
+        predicted = predicted_speedup(row["acceptance_rate"], row["draft_max"], row["target_ms_per_token"],
+                                      row["draft_ms_per_token"], row["verify_ms_per_pass"])
+        assert row["predicted_speedup"] == pytest.approx(predicted)
+        assert row["efficiency"] == pytest.approx(row["speedup"] / row["predicted_speedup"])
+        assert 0 < row["acceptance_rate"] < 1
+        assert 1 <= row["tokens_per_pass"] <= row["draft_max"] + 1
+        assert len(row["acceptance_by_position"]) <= row["draft_max"]
+        if row["draft_max"] == 1:  # one position: its rate is the overall rate
+            assert row["acceptance_by_position"] == [pytest.approx(row["acceptance_rate"])]
+    assert out["recommendation"].startswith("best: --draft-max")
+    assert out["peak_rss_mb"] > 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    height, width, _ = matplotlib.image.imread(str(png)).shape
+    assert (width, height) == (1100, 420)
+
+
+def test_table_output(tiny_pair):
+    r = bench(tiny_pair, "-n", "12", "--draft-max", "2", "--temp", "0.5")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:4] == ["temp", "k", "target", "tok/s"]
+    assert lines[2].split()[:2] == ["0.5", "2"]
+    assert lines[-1].startswith("best: --draft-max ")
+
+
+def test_prompts_file_text_and_jsonl(tmp_path, tiny_pair):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"name": "kings", "prompt": "once upon a king"}\n\nthe cat sat\n')
+    assert load_prompts(str(f)) == [("kings", "once upon a king"), ("line 2", "the cat sat")]
+    r = bench(tiny_pair, "--json", "-n", "8", "--draft-max", "2", "--temp", "0", "--prompts", str(f))
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["prompts"] == ["kings", "line 2"]
+
+
+def one_line_error(r) -> str:
+    assert r.exit_code != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--pair", "nope"], "unknown pair 'nope'; known: "),
+        (["--prompts", "/no/such/file.txt"], "prompts file not found: '/no/such/file.txt'"),
+        (["--draft-max", ","], "',' is not a comma-separated list of draft lengths >= 1"),
+        (["--draft-max", "2,0"], "'2,0' is not a comma-separated list of draft lengths >= 1"),
+        (["--temp", "x"], "'x' is not a comma-separated list of temperatures >= 0"),
+        (["--repeat", "0"], "Invalid value for '--repeat': 0 is not in the range x>=1."),
+        (["--plot", "/no/such/folder/p.png"], "cannot write the plot '/no/such/folder/p.png': folder"),
+    ],
+)
+def test_bad_input(tiny_pair, args, text):
+    r = CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], *args])
+    assert text in one_line_error(r)
+
+
+def test_empty_prompts_file(tmp_path, tiny_pair):
+    f = tmp_path / "empty.txt"
+    f.write_text("\n  \n")
+    r = bench(tiny_pair, "--prompts", str(f))
+    assert f"prompts file {str(f)!r} is empty" in one_line_error(r)
