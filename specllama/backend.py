@@ -221,12 +221,18 @@ class LlamaModel:
 
     # -- the KV cache -----------------------------------------------------
 
-    def eval(self, tokens: Sequence[int], *, n_logits: int = 1) -> np.ndarray:
+    def eval(self, tokens: Sequence[int], *, n_logits: int = 1, copy: bool = True) -> np.ndarray:
         """Append ``tokens`` to the cache; return logits for the last ``n_logits``.
 
+        Args:
+            tokens: the tokens to evaluate, after those already cached.
+            n_logits: how many of the last rows to return logits for.
+            copy: False returns a view of llama.cpp's buffer instead of a
+                copy: no copying, but valid only until the next ``eval``.
+
         Returns:
-            float32 array of shape (n_logits, n_vocab), a copy the caller owns;
-            row j is the distribution after tokens[: len(tokens) - n_logits + j + 1].
+            float32 array of shape (n_logits, n_vocab); row j is the
+            distribution after tokens[: len(tokens) - n_logits + j + 1].
         """
         n = len(tokens)
         if not 0 <= n_logits <= n:
@@ -268,7 +274,9 @@ class LlamaModel:
         # The output rows of the last chunk are contiguous, in batch order.
         t0 = time.perf_counter()
         ptr = llama_cpp.llama_get_logits(self._ctx)
-        rows = np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab)).copy()
+        rows = np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab))
+        if copy:
+            rows = rows.copy()
         self.decode_seconds += time.perf_counter() - t0
         return rows
 

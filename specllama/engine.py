@@ -20,7 +20,7 @@ import numpy as np
 
 from .compat import check_compatible
 from .errors import SpecLlamaError
-from .sampling import SamplingParams, UniformSource, sample_from, to_probs, verify
+from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_sparse
 
 
 class Model(Protocol):
@@ -30,7 +30,7 @@ class Model(Protocol):
     n_ctx: int
     n_vocab: int
 
-    def eval(self, tokens: Sequence[int], *, n_logits: int = 1) -> np.ndarray: ...
+    def eval(self, tokens: Sequence[int], *, n_logits: int = 1, copy: bool = True) -> np.ndarray: ...
 
     def rewind(self, n_keep: int) -> None: ...
 
@@ -168,26 +168,33 @@ class SpeculativeEngine:
 
             t0 = time.perf_counter()
             draft_tokens: list[int] = []
-            q_rows: list[np.ndarray] = []
+            q_draft: list[SparseProbs] = []
             if k > 0:
                 for _ in range(k):
                     # Only what the draft cache lacks: it never re-reads the prefix.
-                    full = seq + draft_tokens
-                    logits = draft.eval(full[len(draft.tokens):], n_logits=1)[0]
-                    q = to_probs(_fit_vocab(logits, n_vocab), params)
-                    x = sample_from(q, rng.random())
+                    have = len(draft.tokens)
+                    pending = seq[have:] + draft_tokens if have <= len(seq) else draft_tokens[have - len(seq):]
+                    row = draft.eval(pending, n_logits=1, copy=False)[0]
+                    q = sparse_probs(_fit_vocab(row, n_vocab), params)
+                    x = q.sample(rng.random())
                     draft_tokens.append(x)
-                    q_rows.append(q)
+                    q_draft.append(q)
                     if draft.is_eog(x):
                         break  # nothing is drafted past an end of generation
             t1 = time.perf_counter()
 
-            # One target pass scores every draft position and the bonus row.
+            # One target pass scores every draft position and the bonus row;
+            # a row becomes a distribution only if the acceptance walk reaches it.
             n_rows = len(draft_tokens) + 1
-            logits = target.eval(seq[len(target.tokens):] + draft_tokens, n_logits=n_rows)
-            p_target = to_probs(logits, params)
-            q_draft = np.stack(q_rows) if q_rows else np.empty((0, n_vocab))
-            n_accepted, next_token = verify(p_target, q_draft, draft_tokens, rng)
+            logits = target.eval(seq[len(target.tokens):] + draft_tokens, n_logits=n_rows, copy=False)
+            p_rows: dict[int, SparseProbs] = {}
+
+            def p_row(i: int) -> SparseProbs:
+                if i not in p_rows:
+                    p_rows[i] = sparse_probs(logits[i], params)
+                return p_rows[i]
+
+            n_accepted, next_token = verify_sparse(p_row, q_draft, draft_tokens, rng)
             new_tokens = draft_tokens[:n_accepted] + [next_token]
 
             # Both caches keep seq + the accepted drafts; the next token is

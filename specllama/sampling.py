@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -72,37 +72,88 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def _row_to_probs(logits: np.ndarray, params: SamplingParams, out: np.ndarray) -> None:
-    """Write the sampling distribution of one logits row into ``out`` (zeroed)."""
-    n_vocab = logits.shape[0]
-    if np.isnan(logits).any():
+@dataclass(frozen=True)
+class SparseProbs:
+    """A distribution over the few tokens the filters keep.
+
+    Attributes:
+        ids: token ids, ascending (so inverse-CDF sampling walks them in the
+            same order as a dense row, and draws the same token for a draw u).
+        probs: their probabilities, float64, summing to 1.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    def prob(self, token: int) -> float:
+        """p(token); 0 for a token outside the support."""
+        j = int(np.searchsorted(self.ids, token))
+        return float(self.probs[j]) if j < self.ids.shape[0] and self.ids[j] == token else 0.0
+
+    def sample(self, u: float) -> int:
+        """Inverse-CDF sample for the uniform draw ``u``."""
+        return int(self.ids[_inverse_cdf(self.probs, u)])
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+
+# Candidate pre-selection for top-k: tokens within T nats of the best one.
+# When at least top_k tokens are that close, the top-k set lies among them,
+# so one comparison pass replaces a selection over the whole vocabulary.
+_TOP_K_WINDOWS = (8.0, 16.0, 32.0, 64.0)
+_SLACK = 1e-3  # float32 comparisons keep a superset; the float64 filters decide
+
+
+def _candidates(row: np.ndarray, best: float, params: SamplingParams) -> np.ndarray:
+    """Token ids that include every token the filters can keep."""
+    n_vocab = row.shape[0]
+    if 0 < params.top_k < n_vocab:
+        for window in _TOP_K_WINDOWS:
+            cand = np.flatnonzero(row >= best - window)
+            if cand.shape[0] >= params.top_k:
+                return cand
+        return np.argpartition(row, n_vocab - params.top_k)[n_vocab - params.top_k:]
+    if params.top_p >= 1.0 and params.min_p > 0.0:
+        # min-p alone: everything at or above max + log(min_p)
+        return np.flatnonzero(row >= best + math.log(params.min_p) - _SLACK)
+    return np.arange(n_vocab)
+
+
+def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
+    """The sampling distribution of one logits row, as a :class:`SparseProbs`.
+
+    The transform chain is llama.cpp's: top-k, top-p, min-p, then
+    temperature and softmax; temperature 0 is the one-hot argmax.
+    """
+    row = np.asarray(logits)
+    best = float(row.max())  # NaN anywhere makes this NaN: one pass checks both
+    if math.isnan(best):
         raise ValueError("logits contain NaN; the model produced no usable distribution")
+    if best == -math.inf:
+        raise ValueError("every logit is -inf; no token can be sampled")
     if params.greedy:
         # Temperature 0 is an explicit argmax, never a division by a tiny number.
-        out[int(np.argmax(logits))] = 1.0
-        return
-    # Candidates: top-k by partial selection, so a 262k vocabulary is not sorted.
-    if 0 < params.top_k < n_vocab:
-        cand = np.argpartition(logits, n_vocab - params.top_k)[n_vocab - params.top_k:]
-    else:
-        cand = np.arange(n_vocab)
-    vals = logits[cand].astype(np.float64)
+        return SparseProbs(np.array([int(np.argmax(row))]), np.ones(1))
+    if best == math.inf:
+        # +inf logits: the distribution is uniform over them (the limit of softmax).
+        ids = np.flatnonzero(np.isposinf(row))
+        return SparseProbs(ids, np.full(ids.shape[0], 1.0 / ids.shape[0]))
+    cand = _candidates(row, best, params)
+    vals = row[cand].astype(np.float64)
+    if 0 < params.top_k < cand.shape[0]:
+        top = np.argpartition(vals, cand.shape[0] - params.top_k)[cand.shape[0] - params.top_k:]
+        cand, vals = cand[top], vals[top]
     finite = vals > -np.inf
     if not finite.all():
         cand, vals = cand[finite], vals[finite]
-    if vals.size == 0:
-        raise ValueError("every logit is -inf; no token can be sampled")
-    if np.isposinf(vals).any():
-        # +inf logits: the distribution is uniform over them (the limit of softmax).
-        keep = np.isposinf(vals)
-        out[cand[keep]] = 1.0 / keep.sum()
-        return
     if params.top_p < 1.0:
         # Smallest set, most likely first, whose mass reaches top_p (llama.cpp's rule).
         order = np.argsort(-vals, kind="stable")
         cand, vals = cand[order], vals[order]
-        w = np.exp(vals - vals[0])
-        cum = np.cumsum(w)
+        cum = np.cumsum(np.exp(vals - vals[0]))
         n_keep = int(np.searchsorted(cum, params.top_p * cum[-1], side="left")) + 1
         cand, vals = cand[:n_keep], vals[:n_keep]
     if params.min_p > 0.0:
@@ -111,7 +162,8 @@ def _row_to_probs(logits: np.ndarray, params: SamplingParams, out: np.ndarray) -
         cand, vals = cand[keep], vals[keep]
     scaled = vals / params.temperature
     w = np.exp(scaled - scaled.max())
-    out[cand] = w / w.sum()
+    order = np.argsort(cand)
+    return SparseProbs(cand[order].astype(np.int64), (w / w.sum())[order])
 
 
 def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -131,8 +183,20 @@ def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     rows = arr.reshape(-1, arr.shape[-1])
     out = np.zeros(rows.shape, dtype=np.float64)
     for i in range(rows.shape[0]):
-        _row_to_probs(rows[i], params, out[i])
+        sp = sparse_probs(rows[i], params)
+        out[i, sp.ids] = sp.probs
     return out.reshape(arr.shape)
+
+
+def _inverse_cdf(weights: np.ndarray, u: float) -> int:
+    """Index whose cumulative interval of ``weights`` holds ``u`` * total."""
+    cum = np.cumsum(weights, dtype=np.float64)
+    total = cum[-1]
+    if not (math.isfinite(total) and total > 0.0):
+        raise ValueError(f"cannot sample from a row whose mass is {total!r}")
+    # side="right": the first index whose cumulative mass exceeds u * total,
+    # which skips zero-weight entries (their cum equals their predecessor's).
+    return int(min(np.searchsorted(cum, u * total, side="right"), weights.shape[0] - 1))
 
 
 def sample_from(probs: np.ndarray, u: float) -> int:
@@ -146,13 +210,7 @@ def sample_from(probs: np.ndarray, u: float) -> int:
         The token id whose cumulative interval holds ``u``; a zero-weight token
         is never returned.
     """
-    cum = np.cumsum(probs, dtype=np.float64)
-    total = cum[-1]
-    if not (math.isfinite(total) and total > 0.0):
-        raise ValueError(f"cannot sample from a row whose mass is {total!r}")
-    # side="right": the first index whose cumulative mass exceeds u * total,
-    # which skips zero-weight entries (their cum equals their predecessor's).
-    return int(min(np.searchsorted(cum, u * total, side="right"), probs.shape[0] - 1))
+    return _inverse_cdf(probs, u)
 
 
 def acceptance_probability(p_target: np.ndarray, q_draft: np.ndarray) -> float:
@@ -171,6 +229,50 @@ def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
     if not (math.isfinite(z) and z > 0.0):
         return np.asarray(p_target, dtype=np.float64) / float(np.sum(p_target))
     return r / z
+
+
+def sparse_residual(p_target: SparseProbs, q_draft: SparseProbs) -> SparseProbs:
+    """:func:`residual` for sparse rows: max(0, p - q) / Z over the union of
+    the supports (only where p > q can it be positive); p itself when Z = 0."""
+    ids = np.union1d(p_target.ids, q_draft.ids)
+    r = np.maximum(_values_at(p_target, ids) - _values_at(q_draft, ids), 0.0)
+    z = float(r.sum())
+    if not (math.isfinite(z) and z > 0.0):
+        return p_target
+    keep = r > 0.0
+    return SparseProbs(ids[keep], r[keep] / z)
+
+
+def _values_at(dist: SparseProbs, ids: np.ndarray) -> np.ndarray:
+    """dist's probabilities at ``ids`` (a superset of its support, ascending)."""
+    out = np.zeros(ids.shape[0], dtype=np.float64)
+    out[np.searchsorted(ids, dist.ids)] = dist.probs
+    return out
+
+
+def _n_accepted(
+    draft_tokens: Sequence[int],
+    p_at: Callable[[int, int], float],
+    q_at: Callable[[int, int], float],
+    rng: np.random.Generator | UniformSource,
+) -> int:
+    """Walk the draft left to right; return how many tokens pass (k: all).
+
+    One uniform draw per position examined; ``p_at(i, x)`` and ``q_at(i, x)``
+    give p_i(x) and q_i(x), so a caller can compute rows only when reached.
+    """
+    for i, x in enumerate(draft_tokens):
+        x = int(x)
+        p_x, q_x = p_at(i, x), q_at(i, x)
+        u = rng.random()
+        if not (math.isfinite(p_x) and math.isfinite(q_x)):
+            raise ValueError(f"non-finite probability at draft position {i}: p={p_x}, q={q_x}")
+        # q(x) == 0: the draft could not have proposed x; treat it as a
+        # rejection so the residual decides. Otherwise u < p/q, written
+        # without the division: p >= q always accepts, q > p accepts with p/q.
+        if not (q_x > 0.0 and u * q_x < p_x):
+            return i
+    return len(draft_tokens)
 
 
 def verify(
@@ -198,19 +300,37 @@ def verify(
         raise ValueError(f"p_target must have shape (k+1, V) = ({k + 1}, V), got {p_target.shape}")
     if q_draft.shape != (k, p_target.shape[1]):
         raise ValueError(f"q_draft must have shape (k, V) = ({k}, {p_target.shape[1]}), got {q_draft.shape}")
-    for i, x in enumerate(draft_tokens):
-        x = int(x)
-        p_x = float(p_target[i, x])
-        q_x = float(q_draft[i, x])
-        u = rng.random()
-        if not (math.isfinite(p_x) and math.isfinite(q_x)):
-            raise ValueError(f"non-finite probability at draft position {i}: p={p_x}, q={q_x}")
-        # q(x) == 0: the draft could not have proposed x; treat it as a
-        # rejection so the residual decides. Otherwise u < p/q, written
-        # without the division: p >= q always accepts, q > p accepts with p/q.
-        if q_x > 0.0 and u * q_x < p_x:
-            continue
-        # Rejected: sample what q under-proposed, max(0, p - q) / Z.
-        return i, sample_from(residual(p_target[i], q_draft[i]), rng.random())
+    n = _n_accepted(draft_tokens, lambda i, x: float(p_target[i, x]), lambda i, x: float(q_draft[i, x]), rng)
+    if n < k:
+        # Rejected at n: sample what q under-proposed, max(0, p - q) / Z.
+        return n, sample_from(residual(p_target[n], q_draft[n]), rng.random())
     # All k accepted: the target's row k is a free extra token.
     return k, sample_from(p_target[k], rng.random())
+
+
+def verify_sparse(
+    p_row: Callable[[int], SparseProbs],
+    q_draft: Sequence[SparseProbs],
+    draft_tokens: Sequence[int],
+    rng: np.random.Generator | UniformSource,
+) -> tuple[int, int]:
+    """:func:`verify` on sparse rows, with the target's rows made on demand.
+
+    The same rule and the same draws as :func:`verify`; only the rows that
+    the walk reaches are ever computed (a rejection at position i needs rows
+    0..i of p, never the rest).
+
+    Args:
+        p_row: i -> the target distribution at position i (0..k).
+        q_draft: the k draft distributions.
+        draft_tokens: the k draft token ids.
+        rng: the source of uniform draws.
+
+    Returns:
+        ``(n_accepted, next_token)`` as :func:`verify`.
+    """
+    k = len(draft_tokens)
+    n = _n_accepted(draft_tokens, lambda i, x: p_row(i).prob(x), lambda i, x: q_draft[i].prob(x), rng)
+    if n < k:
+        return n, sparse_residual(p_row(n), q_draft[n]).sample(rng.random())
+    return k, p_row(k).sample(rng.random())

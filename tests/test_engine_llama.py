@@ -164,9 +164,9 @@ def test_draft_never_reevaluates_the_prefix(tiny_engine, monkeypatch):
     sizes: list[int] = []
     real_eval = draft.eval
 
-    def counting_eval(tokens, *, n_logits=1):
+    def counting_eval(tokens, *, n_logits=1, copy=True):
         sizes.append(len(tokens))
-        return real_eval(tokens, n_logits=n_logits)
+        return real_eval(tokens, n_logits=n_logits, copy=copy)
 
     monkeypatch.setattr(draft, "eval", counting_eval)
     draft.rewind(0)

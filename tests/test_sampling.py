@@ -10,8 +10,11 @@ from specllama.sampling import (
     acceptance_probability,
     residual,
     sample_from,
+    sparse_probs,
+    sparse_residual,
     to_probs,
     verify,
+    verify_sparse,
 )
 
 from .stats_helpers import assert_distributed_as, assert_rate
@@ -278,3 +281,104 @@ def test_the_check_catches_a_biased_rule():
     first, _, _ = run_two_positions(p_target, q_draft, N_RUNS, seed=11, verify_fn=resample_from_p)
     with pytest.raises(AssertionError, match="chi2"):
         assert_distributed_as(first, p_target[0])
+
+
+# -- the sparse fast path against a plain reference ------------------------
+
+
+def reference_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The transform chain written the slow, obvious way: sort everything."""
+    logits = logits.astype(np.float64)
+    out = np.zeros_like(logits)
+    if params.temperature == 0:
+        out[np.argmax(logits)] = 1.0
+        return out
+    order = np.argsort(-logits, kind="stable")
+    keep = order[np.isfinite(logits[order])]
+    if params.top_k:
+        keep = keep[: params.top_k]
+    if params.top_p < 1.0:
+        w = np.exp(logits[keep] - logits[keep[0]])
+        cum = np.cumsum(w) / w.sum()
+        keep = keep[: int(np.searchsorted(cum, params.top_p, side="left")) + 1]
+    if params.min_p > 0:
+        keep = keep[logits[keep] >= logits[keep].max() + np.log(params.min_p)]
+    w = np.exp((logits[keep] - logits[keep].max()) / params.temperature)
+    out[keep] = w / w.sum()
+    return out
+
+
+PARAM_GRID = [
+    SamplingParams(t, k, p, m)
+    for t in (0.5, 1.0, 1.7)
+    for k in (0, 1, 5, 40)
+    for p in (1.0, 0.9, 0.5)
+    for m in (0.0, 0.05, 0.3)
+]
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 40.0])
+def test_to_probs_matches_the_reference(scale):
+    """Random rows at several spreads (40 nats puts most tokens beyond every
+    pre-selection window, exercising the full-selection fallback)."""
+    rng = np.random.default_rng(int(scale * 10))
+    for params in PARAM_GRID:
+        for _ in range(3):
+            logits = (rng.standard_normal(500) * scale).astype(np.float32)
+            np.testing.assert_allclose(to_probs(logits, params), reference_probs(logits, params), atol=1e-12)
+
+
+def test_top_k_fallback_when_few_tokens_are_near_the_best():
+    logits = np.full(1000, -200.0, dtype=np.float32)
+    logits[[3, 500]] = [5.0, 4.0]
+    logits[700:720] = np.linspace(-100, -150, 20)  # far beyond the 64-nat window
+    params = SamplingParams(1.0, 5, 1.0, 0.0)
+    sp = sparse_probs(logits, params)
+    assert list(sp.ids) == [3, 500, 700, 701, 702]
+    np.testing.assert_allclose(sp.dense(1000), reference_probs(logits, params), atol=1e-12)
+
+
+def test_sparse_sampling_draws_the_same_token_as_dense():
+    rng = np.random.default_rng(1)
+    params = SamplingParams(0.9, 20, 0.95, 0.02)
+    for _ in range(200):
+        sp = sparse_probs(rng.standard_normal(300) * 2, params)
+        u = rng.random()
+        assert sp.sample(u) == sample_from(sp.dense(300), u)
+        assert sp.prob(int(sp.ids[-1])) == sp.probs[-1]
+        outside = int(np.setdiff1d(np.arange(300), sp.ids)[0])
+        assert sp.prob(outside) == 0.0
+
+
+def test_verify_sparse_equals_verify_with_the_same_draws():
+    """Same rows, same uniform draws: the sparse walk gives the dense result,
+    and computes no target row past the first rejection."""
+    rng = np.random.default_rng(2)
+    params = SamplingParams(1.0, 6, 1.0, 0.0)
+    v = 50
+    for trial in range(300):
+        k = int(rng.integers(0, 5))
+        target_logits = rng.standard_normal((k + 1, v)) * 2
+        draft_logits = target_logits[:k] + rng.standard_normal((k, v)) * (0.2 + trial % 3)
+        q_sparse = [sparse_probs(row, params) for row in draft_logits]
+        tokens = [q.sample(rng.random()) for q in q_sparse]
+        draws = list(rng.random(k + 2))
+        dense = verify(to_probs(target_logits, params), to_probs(draft_logits, params).reshape(k, v), tokens,
+                       Scripted(*draws))
+        reached = []
+
+        def p_row(i):
+            reached.append(i)
+            return sparse_probs(target_logits[i], params)
+
+        assert verify_sparse(p_row, q_sparse, tokens, Scripted(*draws)) == dense
+        assert max(reached, default=0) <= dense[0]
+
+
+def test_sparse_residual_matches_dense():
+    p = sparse_probs(np.log(P_EX), SamplingParams(1.0, 0, 1.0, 0.0))
+    q = sparse_probs(np.log(Q_EX), SamplingParams(1.0, 0, 1.0, 0.0))
+    r = sparse_residual(p, q)
+    assert list(r.ids) == [1, 2]
+    np.testing.assert_allclose(r.probs, [2 / 3, 1 / 3], atol=1e-12)
+    assert sparse_residual(p, p) is p  # empty residual: p itself
