@@ -73,8 +73,9 @@ def load_prompts(path: str) -> list[tuple[str, str]]:
     return prompts
 
 
-def predicted_speedup(acceptance: float, k: int, t_target: float, t_draft: float, t_verify: float) -> float:
-    """Leviathan et al. Thm 3.8 with a measured verify cost (see module doc)."""
+def predicted_speedup(acceptance: float, k: float, t_target: float, t_draft: float, t_verify: float) -> float:
+    """Leviathan et al. Thm 3.8 with a measured verify cost (see module doc);
+    for the adaptive rows k is the mean draft length."""
     if k == 0 or t_verify <= 0:
         return 1.0
     expected = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
@@ -107,6 +108,7 @@ class Tally:
 class BenchRow:
     temperature: float
     draft_max: int
+    adaptive: bool
     target_tps: float
     spec_tps: float
     speedup: float
@@ -120,6 +122,8 @@ class BenchRow:
     predicted_speedup: float
     efficiency: float
     acceptance_by_position: list[float]
+    mean_draft_length: float
+    vs_best_fixed: float | None = None  # adaptive rows: worst prompt's tok/s over its best fixed k's
 
 
 @dataclass
@@ -135,10 +139,15 @@ class BenchResult:
 
     def recommendation(self) -> str:
         b = self.best()
+        flag = f"--draft-max {b.draft_max}" + ("" if b.adaptive else " --draft-fixed")
         if b.speedup < 1.0:
-            return f"best: --draft-max 0 (speculation did not pay here; best try --draft-max {b.draft_max} " \
+            return f"best: --draft-max 0 (speculation did not pay here; best try {flag} " \
                    f"at temp {b.temperature:g}, {b.speedup:.2f}x)"
-        return f"best: --draft-max {b.draft_max} at temp {b.temperature:g}, {b.speedup:.2f}x"
+        return f"best: {flag} at temp {b.temperature:g}, {b.speedup:.2f}x"
+
+    def adaptive_summary(self) -> str:
+        parts = [f"temp {r.temperature:g}: {r.vs_best_fixed:.3f}" for r in self.rows if r.adaptive]
+        return "adaptive vs best fixed k, worst prompt: " + ", ".join(parts)
 
     def as_dict(self) -> dict:
         return {
@@ -148,6 +157,7 @@ class BenchResult:
             "prompts": self.prompts,
             "peak_rss_mb": self.peak_rss_mb,
             "recommendation": self.recommendation(),
+            "adaptive": self.adaptive_summary(),
         }
 
 
@@ -155,25 +165,33 @@ def _decode_seconds(model) -> float:
     return getattr(model, "decode_seconds", 0.0) if model is not None else 0.0
 
 
+AUTO = "auto"  # the adaptive configuration, capped at the largest swept k
+
+
 def _run_once(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, k: int,
-              n_tokens: int, seed: int, tally: Tally) -> None:
+              n_tokens: int, seed: int, tally: Tally, adaptive: bool = False) -> float:
+    """One generation; adds to ``tally`` and returns its tokens per second."""
     engine.prefill(prompt_tokens, draft=k > 0)  # not timed: both modes start from a cached prompt
     d0, t0 = _decode_seconds(engine.draft), _decode_seconds(engine.target)
+    n0 = tally.n_tokens
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
-    for step in engine.steps(prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens, rng=rng):
+    for step in engine.steps(prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens, rng=rng,
+                             adaptive=adaptive):
         tally.n_tokens += len(step.tokens)
         tally.n_drafted += step.n_drafted
         tally.n_accepted += step.n_accepted
         tally.n_passes += 1
         for i in range(min(step.n_accepted + 1, step.n_drafted)):
             tally.position(i, i < step.n_accepted)
-    tally.seconds += time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    tally.seconds += seconds
     tally.draft_decode += _decode_seconds(engine.draft) - d0
     tally.target_decode += _decode_seconds(engine.target) - t0
+    return (tally.n_tokens - n0) / seconds if seconds > 0 else 0.0
 
 
-def _row(temperature: float, k: int, base: Tally, spec: Tally) -> BenchRow:
+def _row(temperature: float, k: int, base: Tally, spec: Tally, adaptive: bool = False) -> BenchRow:
     target_tps = base.n_tokens / base.seconds if base.seconds else 0.0
     spec_tps = spec.n_tokens / spec.seconds if spec.seconds else 0.0
     acceptance = spec.n_accepted / spec.n_drafted if spec.n_drafted else 0.0
@@ -182,10 +200,12 @@ def _row(temperature: float, k: int, base: Tally, spec: Tally) -> BenchRow:
     t_verify = spec.target_decode / spec.n_passes if spec.n_passes else 0.0
     overhead = (spec.seconds - spec.draft_decode - spec.target_decode) / spec.n_passes if spec.n_passes else 0.0
     speedup = spec_tps / target_tps if target_tps else 0.0
-    predicted = predicted_speedup(acceptance, k, t_target, t_draft, t_verify)
+    mean_k = spec.n_drafted / spec.n_passes if spec.n_passes else 0.0
+    predicted = predicted_speedup(acceptance, mean_k if adaptive else k, t_target, t_draft, t_verify)
     return BenchRow(
         temperature=temperature,
         draft_max=k,
+        adaptive=adaptive,
         target_tps=target_tps,
         spec_tps=spec_tps,
         speedup=speedup,
@@ -199,6 +219,7 @@ def _row(temperature: float, k: int, base: Tally, spec: Tally) -> BenchRow:
         predicted_speedup=predicted,
         efficiency=speedup / predicted if predicted else 0.0,
         acceptance_by_position=[a / t if t else 0.0 for a, t in zip(spec.accepted_at, spec.tried_at)],
+        mean_draft_length=mean_k,
     )
 
 
@@ -239,30 +260,41 @@ def run_bench(
         if len(toks) + n_tokens + max(draft_maxes) + 1 > engine.target.n_ctx:
             raise SpecLlamaError(f"prompt {name!r} ({len(toks)} tokens) plus {n_tokens} new tokens does not fit "
                                  f"the context of {engine.target.n_ctx} (-c/--ctx-size)")
-    configs = [0, *draft_maxes]
+    configs: list = [0, *draft_maxes, AUTO]
+    cap = max(draft_maxes)
     # warm-up: the first decodes of a process are slower (allocation, caches)
     warm = encoded[0]
-    for k in (0, max(draft_maxes)):
+    for k in (0, cap):
         _run_once(engine, warm, SamplingParams(temperature=0), k, 8, seed, Tally())
 
     rows = []
     for temperature in temperatures:
         params = SamplingParams(temperature, base_params.top_k, base_params.top_p, base_params.min_p)
-        tallies = {k: Tally() for k in configs}
+        tallies = {c: Tally() for c in configs}
+        per_prompt: dict[tuple, list[float]] = {}
         for r in range(repeat):
             for j, toks in enumerate(encoded):
                 order = configs if (r + j) % 2 == 0 else configs[::-1]
-                for k in order:
-                    _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, tallies[k])
+                for c in order:
+                    k = cap if c == AUTO else c
+                    tps = _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, tallies[c],
+                                    adaptive=c == AUTO)
+                    per_prompt.setdefault((c, j), []).append(tps)
                     on_run()
         rows += [_row(temperature, k, tallies[0], tallies[k]) for k in draft_maxes]
+        auto = _row(temperature, cap, tallies[0], tallies[AUTO], adaptive=True)
+        auto.vs_best_fixed = min(
+            float(np.mean(per_prompt[(AUTO, j)])) / max(float(np.mean(per_prompt[(k, j)])) for k in draft_maxes)
+            for j in range(len(encoded))
+        )
+        rows.append(auto)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
     return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb)
 
 
 def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int) -> int:
-    return n_prompts * len(temperatures) * (len(draft_maxes) + 1) * repeat
+    return n_prompts * len(temperatures) * (len(draft_maxes) + 2) * repeat
 
 
 TABLE_COLUMNS = [
@@ -285,6 +317,8 @@ def format_table(result: BenchResult) -> str:
     cells = [[h for h, _, _ in TABLE_COLUMNS]]
     for row in result.rows:
         cells.append([fmt.format(getattr(row, key)) for _, key, fmt in TABLE_COLUMNS])
+        if row.adaptive:
+            cells[-1][1] = f"auto<={row.draft_max} ({row.mean_draft_length:.1f})"
     widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

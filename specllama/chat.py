@@ -122,6 +122,7 @@ class ChatSession:
     draft_max: int = 4
     max_tokens: int | None = None
     reply_reserve: int = DEFAULT_REPLY_RESERVE
+    adaptive: bool = True
     messages: list[dict] = field(default_factory=list)
     last_stats: GenerationStats | None = None
     total_stats: GenerationStats = field(default_factory=GenerationStats)
@@ -204,6 +205,7 @@ class ChatSession:
                 max_tokens=self.max_tokens,
                 stop=rendered.stop,
                 rng=self.rng,
+                adaptive=self.adaptive,
             ):
                 pieces.append(chunk.text)
                 reply_tokens.extend(chunk.tokens)

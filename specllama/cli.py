@@ -68,7 +68,10 @@ def model_options(f):
     f = filter_options(f)
     f = _apply(f, [
         click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
-                     default=DEFAULT_DRAFT_MAX, show_default=True, help="Tokens drafted per target pass (0: no draft)."),
+                     default=DEFAULT_DRAFT_MAX, show_default=True,
+                     help="Most tokens drafted per target pass (0: no draft). The length adapts below it."),
+        click.option("--draft-fixed", is_flag=True,
+                     help="Always draft --draft-max tokens (no adaptive length; replays a --seed exactly)."),
         click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
                      show_default=True, help="Temperature (0: greedy)."),
     ])
@@ -128,7 +131,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming.")
 @boundary
 def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
-             temperature, top_k, top_p, min_p, seed, prompt, n_predict, stop, as_json) -> None:
+             draft_fixed, temperature, top_k, top_p, min_p, seed, prompt, n_predict, stop, as_json) -> None:
     """Generate text after a prompt; stats go to stderr."""
     params = _params(temperature, top_k, top_p, min_p, seed)
     with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
@@ -136,7 +139,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
         pieces, tokens, finish, stats = [], [], "interrupted", None
         try:
             for chunk in stream_generate(engine, prompt, params=params, draft_max=draft_max,
-                                         max_tokens=n_predict, stop=stop):
+                                         max_tokens=n_predict, stop=stop, adaptive=not draft_fixed):
                 pieces.append(chunk.text)
                 tokens.extend(chunk.tokens)
                 stats = chunk.stats
@@ -168,7 +171,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
               callback=_n_predict, help="Most tokens per reply (-1: until the model stops or the context is full).")
 @boundary
 def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
-         temperature, top_k, top_p, min_p, seed, system_prompt, chat_format, n_predict) -> None:
+         draft_fixed, temperature, top_k, top_p, min_p, seed, system_prompt, chat_format, n_predict) -> None:
     """Chat with the model; the conversation stays in both KV caches."""
     from . import repl
     from .chat import ChatSession, make_formatter
@@ -178,7 +181,7 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
         formatter, origin = make_formatter(engine.target, chat_format)
         session = ChatSession(engine, formatter, system_prompt, params=params, draft_max=draft_max,
-                              max_tokens=n_predict)
+                              max_tokens=n_predict, adaptive=not draft_fixed)
         draft = "no draft" if engine.draft is None else f"draft {engine.draft.path} (--draft-max {draft_max})"
         repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {origin}. /help for commands.")
 
@@ -206,7 +209,8 @@ def _number_list(kind: type, name: str, minimum: float):
 @load_options
 @filter_options
 @click.option("--draft-max", "--spec-draft-n-max", "draft_maxes", metavar="1,2,4,8", default=None,
-              callback=_number_list(int, "draft lengths", 1), help="Draft lengths to sweep (default 1,2,4,8).")
+              callback=_number_list(int, "draft lengths", 1),
+              help="Fixed draft lengths to sweep (default 1,2,4,8); the adaptive row is capped at the largest.")
 @click.option("--temp", "temperatures", metavar="0,0.8", default=None,
               callback=_number_list(float, "temperatures", 0), help="Temperatures to sweep (default 0,0.8).")
 @click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=1), default=None,
@@ -248,6 +252,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         return
     click.echo(b.format_table(result))
     click.echo(f"peak RSS {result.peak_rss_mb:.0f} MB; {n_tokens} tokens x {len(prompts)} prompts x {repeat}")
+    click.echo(result.adaptive_summary())
     click.echo(result.recommendation())
 
 

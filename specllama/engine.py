@@ -18,6 +18,7 @@ from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
+from .adaptive import DraftLengthPolicy
 from .compat import check_compatible
 from .errors import SpecLlamaError
 from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_sparse
@@ -94,6 +95,8 @@ class SpeculativeEngine:
             check_compatible(target.vocab_info(), draft.vocab_info())  # type: ignore[attr-defined]
         self.target = target
         self.draft = draft
+        #: learns the best draft length from past passes (adaptive mode)
+        self.policy = DraftLengthPolicy()
 
     def close(self) -> None:
         """Free both models (for models that can be closed)."""
@@ -127,15 +130,20 @@ class SpeculativeEngine:
         draft_max: int,
         max_tokens: int | None,
         rng: np.random.Generator | UniformSource,
+        adaptive: bool = True,
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
 
         Args:
             prompt_tokens: the prompt, at least one token.
             params: sampling transforms, applied alike to target and draft rows.
-            draft_max: tokens to draft per iteration (0: no draft).
+            draft_max: tokens to draft per iteration (0: no draft); with
+                ``adaptive``, the most the policy may choose.
             max_tokens: the most tokens to emit (None: until the context is full).
             rng: the one source of randomness for drafting and acceptance.
+            adaptive: choose each pass's draft length from measured costs and
+                acceptance (:mod:`specllama.adaptive`); False drafts exactly
+                ``draft_max`` whenever there is room.
 
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
@@ -165,6 +173,9 @@ class SpeculativeEngine:
             k = min(draft_max, room)
             if max_tokens is not None:
                 k = min(k, max_tokens - n_emitted - 1)
+            if adaptive:
+                # Fixed before this pass draws anything: past passes only.
+                k = self.policy.choose(k)
 
             t0 = time.perf_counter()
             draft_tokens: list[int] = []
@@ -203,6 +214,7 @@ class SpeculativeEngine:
             if draft is not None:
                 draft.rewind(min(len(draft.tokens), len(seq) + n_accepted))
             t2 = time.perf_counter()
+            self.policy.observe(len(draft_tokens), n_accepted, t1 - t0, t2 - t1)
 
             emitted: list[int] = []
             finish = None

@@ -117,6 +117,7 @@ def stream_generate(
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     stop: Sequence[str] = (),
     rng: np.random.Generator | None = None,
+    adaptive: bool = True,
 ) -> Iterator[Chunk]:
     """Generate text after ``prompt``, streaming it as it is accepted.
 
@@ -124,10 +125,16 @@ def stream_generate(
         engine: the target/draft pair.
         prompt: text (tokenized with the target's tokenizer) or token ids.
         params: sampling transforms; ``params.seed`` seeds the generator.
-        draft_max: draft tokens per target pass (0: target only).
+        draft_max: draft tokens per target pass (0: target only); the cap
+            when ``adaptive``.
         max_tokens: the most tokens to generate (None: until the context is full).
         stop: strings that end generation; they are not part of the output.
         rng: the random generator (default: one made from ``params.seed``).
+        adaptive: pick each pass's draft length from measured costs (True),
+            or always draft ``draft_max`` (False). Either way the output has
+            the target's distribution; only a fixed length replays a seed
+            token for token at temperature > 0, since adaptive choices follow
+            timings.
 
     Yields:
         :class:`Chunk` objects; the last has a finish_reason ("stop" or
@@ -142,7 +149,8 @@ def stream_generate(
     stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=draft_max > 0)
     t_decode = time.perf_counter()
     stats.prompt_seconds = t_decode - t_start
-    steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max_tokens, rng=rng)
+    steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max_tokens, rng=rng,
+                         adaptive=adaptive)
     try:
         for step in steps:
             stats.n_tokens += len(step.tokens)

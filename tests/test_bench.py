@@ -37,20 +37,28 @@ def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)  # stdout holds only the JSON; the progress bar is on stderr
     rows = out["rows"]
-    assert [(row["temperature"], row["draft_max"]) for row in rows] == [(0.0, 1), (0.0, 3), (1.0, 1), (1.0, 3)]
+    assert [(row["temperature"], row["draft_max"], row["adaptive"]) for row in rows] == [
+        (0.0, 1, False), (0.0, 3, False), (0.0, 3, True), (1.0, 1, False), (1.0, 3, False), (1.0, 3, True)]
     for row in rows:
         assert ROW_KEYS <= set(row)
         assert row["speedup"] == pytest.approx(row["spec_tps"] / row["target_tps"])
-        predicted = predicted_speedup(row["acceptance_rate"], row["draft_max"], row["target_ms_per_token"],
+        k = row["mean_draft_length"] if row["adaptive"] else row["draft_max"]
+        predicted = predicted_speedup(row["acceptance_rate"], k, row["target_ms_per_token"],
                                       row["draft_ms_per_token"], row["verify_ms_per_pass"])
         assert row["predicted_speedup"] == pytest.approx(predicted)
         assert row["efficiency"] == pytest.approx(row["speedup"] / row["predicted_speedup"])
         assert 0 < row["acceptance_rate"] < 1
         assert 1 <= row["tokens_per_pass"] <= row["draft_max"] + 1
+        assert 0 <= row["mean_draft_length"] <= row["draft_max"]
+        if not row["adaptive"]:  # a fixed length drafts k except where the budget runs out
+            assert row["mean_draft_length"] > row["draft_max"] - 1
+        else:
+            assert row["vs_best_fixed"] > 0
         assert len(row["acceptance_by_position"]) <= row["draft_max"]
         if row["draft_max"] == 1:  # one position: its rate is the overall rate
             assert row["acceptance_by_position"] == [pytest.approx(row["acceptance_rate"])]
     assert out["recommendation"].startswith("best: --draft-max")
+    assert out["adaptive"].startswith("adaptive vs best fixed k, worst prompt: temp 0: ")
     assert out["peak_rss_mb"] > 0
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

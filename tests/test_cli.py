@@ -25,7 +25,7 @@ def gen_json(tiny_pair, *extra: str) -> dict:
 
 
 def test_json_output_greedy_same_with_and_without_draft(tiny_pair):
-    spec = gen_json(tiny_pair, "--temp", "0", "-n", "40", "--draft-max", "5")
+    spec = gen_json(tiny_pair, "--temp", "0", "-n", "40", "--draft-max", "5", "--draft-fixed")
     base = gen_json(tiny_pair, "--temp", "0", "-n", "40", "--draft-max", "0")
     for key in ("text", "tokens", "finish_reason", "n_drafted", "n_accepted", "acceptance_rate",
                 "tokens_per_second", "n_target_passes"):
@@ -38,9 +38,9 @@ def test_json_output_greedy_same_with_and_without_draft(tiny_pair):
 
 
 def test_seed_makes_sampling_repeatable(tiny_pair):
-    a = gen_json(tiny_pair, "--temp", "1", "--seed", "7", "-n", "30")
-    b = gen_json(tiny_pair, "--temp", "1", "--seed", "7", "-n", "30")
-    c = gen_json(tiny_pair, "--temp", "1", "--seed", "8", "-n", "30")
+    a = gen_json(tiny_pair, "--temp", "1", "--seed", "7", "-n", "30", "--draft-fixed")
+    b = gen_json(tiny_pair, "--temp", "1", "--seed", "7", "-n", "30", "--draft-fixed")
+    c = gen_json(tiny_pair, "--temp", "1", "--seed", "8", "-n", "30", "--draft-fixed")
     assert a["tokens"] == b["tokens"]
     assert a["tokens"] != c["tokens"]
 

@@ -74,7 +74,7 @@ def test_demo_caches_match_fresh_evaluation(demo_paths):
         emitted: list[int] = []
         rejected = 0
         for step in engine.steps(prompt, params=SamplingParams(temperature=1.0, seed=0), draft_max=6,
-                                 max_tokens=40, rng=np.random.default_rng(0)):
+                                 max_tokens=40, rng=np.random.default_rng(0), adaptive=False):
             emitted.extend(step.tokens)
             rejected += step.n_accepted < step.n_drafted
         assert rejected > 0

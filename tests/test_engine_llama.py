@@ -20,14 +20,16 @@ PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
 
 def test_acceptance_is_strictly_between_zero_and_one(tiny_engine):
-    r = generate(tiny_engine, PROMPT, params=SamplingParams(temperature=1.0, seed=0), draft_max=4, max_tokens=96)
+    r = generate(tiny_engine, PROMPT, params=SamplingParams(temperature=1.0, seed=0), draft_max=4, max_tokens=96,
+                 adaptive=False)
     assert 0 < r.stats.n_accepted < r.stats.n_drafted
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 @pytest.mark.parametrize("k", range(1, 9))
-def test_greedy_speculative_equals_target_only(tiny_engine, k):
+def test_greedy_speculative_equals_target_only(tiny_engine, k, adaptive):
     baseline = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=0, max_tokens=64)
-    spec = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=k, max_tokens=64)
+    spec = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=k, max_tokens=64, adaptive=adaptive)
     assert len(baseline.tokens) == 64
     assert spec.tokens == baseline.tokens
     assert spec.text == baseline.text
@@ -40,10 +42,10 @@ def test_greedy_speculative_equals_target_only(tiny_engine, k):
 EOS = 2  # the tiny vocabulary's only end-of-generation token
 
 
-def _first_two_tokens(engine, prompt_tokens, rng, draft_max):
+def _first_two_tokens(engine, prompt_tokens, rng, draft_max, adaptive):
     """The first two tokens; after an EOS first token, (EOS, None)."""
     out: list[int] = []
-    steps = engine.steps(prompt_tokens, params=PLAIN, draft_max=draft_max, max_tokens=3, rng=rng)
+    steps = engine.steps(prompt_tokens, params=PLAIN, draft_max=draft_max, max_tokens=3, rng=rng, adaptive=adaptive)
     for step in steps:
         out.extend(step.tokens)
         if step.finish_reason == "stop":
@@ -54,9 +56,11 @@ def _first_two_tokens(engine, prompt_tokens, rng, draft_max):
     return out[0], (out[1] if out[0] != EOS else None)
 
 
-def test_two_token_distribution_matches_the_target(tiny_engine):
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+def test_two_token_distribution_matches_the_target(tiny_engine, adaptive):
     """First and second tokens, jointly, against the target's exact
-    distribution enumerated from its logits."""
+    distribution enumerated from its logits; with a fixed draft length, and
+    with the adaptive one (k chosen from past passes must not bias them)."""
     engine = tiny_engine
     target = engine.target
     prompt = target.tokenize(PROMPT)
@@ -79,7 +83,7 @@ def test_two_token_distribution_matches_the_target(tiny_engine):
     counts = np.zeros(len(expected), dtype=np.int64)
     rng = np.random.default_rng(2024)
     for _ in range(n_runs):
-        t1, t2 = _first_two_tokens(engine, prompt, rng, draft_max=3)
+        t1, t2 = _first_two_tokens(engine, prompt, rng, draft_max=3, adaptive=adaptive)
         counts[-2 if t1 == EOS else index[t1] * v + t2 if t1 in index else -1] += 1
     assert_distributed_as(counts, expected)
 
@@ -93,7 +97,7 @@ def test_caches_match_a_fresh_evaluation_after_rejections(tiny_engine, tiny_pair
         rng = np.random.default_rng(seed)
         emitted: list[int] = []
         n_rejections = 0
-        for step in engine.steps(prompt, params=PLAIN, draft_max=5, max_tokens=n, rng=rng):
+        for step in engine.steps(prompt, params=PLAIN, draft_max=5, max_tokens=n, rng=rng, adaptive=False):
             emitted.extend(step.tokens)
             n_rejections += step.n_accepted < step.n_drafted
         assert n_rejections > 0
@@ -131,7 +135,7 @@ def test_full_context_finishes_with_length(tiny_pair):
     n_ctx = 24
     engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=n_ctx), LlamaModel(tiny_pair[1], n_ctx=n_ctx))
     prompt = engine.target.tokenize(PROMPT)
-    r = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=None)
+    r = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=None, adaptive=False)
     assert r.finish_reason == "length"
     # the context holds n_ctx tokens; the newest one need not be evaluated
     assert len(prompt) + len(r.tokens) == n_ctx + 1
@@ -170,7 +174,8 @@ def test_draft_never_reevaluates_the_prefix(tiny_engine, monkeypatch):
 
     monkeypatch.setattr(draft, "eval", counting_eval)
     draft.rewind(0)
-    r = generate(tiny_engine, PROMPT, params=PLAIN, draft_max=4, max_tokens=48, rng=np.random.default_rng(9))
+    r = generate(tiny_engine, PROMPT, params=PLAIN, draft_max=4, max_tokens=48, rng=np.random.default_rng(9),
+                 adaptive=False)
     n_prompt = len(tiny_engine.target.tokenize(PROMPT))
     assert sizes[0] == n_prompt - 1
     assert max(sizes[1:]) <= 2

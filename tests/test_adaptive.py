@@ -1,0 +1,97 @@
+"""The draft-length policy: the cost model's arithmetic and its choices, on
+synthetic timings and acceptance rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from specllama.adaptive import (
+    DECAY,
+    EXPLORE_EVERY,
+    PRIOR_ACCEPT,
+    PRIOR_WEIGHT,
+    START_K,
+    DraftLengthPolicy,
+    expected_tokens,
+)
+
+
+def policy_with(accept: float, draft_s: float, verify_one: float, verify_slope: float, kmax: int = 8):
+    """A policy that has measured these costs at every row count, and whose
+    acceptance estimate is ``accept`` at every position (a million passes)."""
+    p = DraftLengthPolicy()
+    for k in range(kmax + 1):
+        p.observe(k, 0, draft_s * k, verify_one + verify_slope * k)
+    p.tried = [1e6] * kmax
+    p.accepted = [accept * 1e6] * kmax
+    return p
+
+
+def best_k(accept: float, draft_s: float, verify_one: float, verify_slope: float, cap: int) -> int:
+    """The brute-force optimum of Leviathan's expectation over the cost."""
+    def rate(k):
+        return sum(accept**j for j in range(k + 1)) / (k * draft_s + verify_one + verify_slope * k)
+    return max(range(cap + 1), key=rate)
+
+
+def test_expected_tokens():
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1.75)
+    assert expected_tokens([1.0, 1.0, 1.0], 3) == 4.0
+    assert expected_tokens([0.9, 0.0, 1.0], 3) == pytest.approx(1.9)
+    assert expected_tokens([], 0) == 1.0
+
+
+def test_verify_cost_is_the_measured_line():
+    p = policy_with(0.8, 0.004, 0.040, 0.004)
+    for rows in (1, 5, 9, 12):
+        assert p.verify_cost(rows) == pytest.approx(0.040 + 0.004 * (rows - 1))
+
+
+@pytest.mark.parametrize(
+    "accept, draft_s, verify_one, slope, expected",
+    [
+        (0.8, 0.004, 0.040, 0.004, 4),   # interior optimum: E/(cost) peaks at k = 4
+        (0.95, 0.004, 0.040, 0.004, 8),  # a good draft: as long as allowed
+        (0.5, 0.010, 0.040, 0.008, 1),   # a poor draft: one token
+        (0.92, 0.016, 0.043, 0.006, 4),  # the demo pair's measured costs, greedy
+    ],
+)
+def test_choice_maximises_expected_tokens_per_second(accept, draft_s, verify_one, slope, expected):
+    assert best_k(accept, draft_s, verify_one, slope, 8) == expected
+    assert policy_with(accept, draft_s, verify_one, slope).choose(8) == expected
+
+
+def test_cap_is_respected():
+    assert policy_with(0.95, 0.004, 0.040, 0.004).choose(3) == 3
+    assert policy_with(0.95, 0.004, 0.040, 0.004).choose(0) == 0
+
+
+@pytest.mark.parametrize("accept", [0.9, 1.0])
+def test_draft_as_dear_as_the_target_falls_back_to_target_only(accept):
+    # c = t_draft / t_target >= 1: no draft length can pay, even if all are accepted
+    p = policy_with(accept, 0.040, 0.040, 0.030)
+    assert p.choose(8) == 0
+    p = policy_with(accept, 0.050, 0.040, 0.0)
+    assert p.choose(8) == 0
+
+
+def test_fallback_probes_again_now_and_then():
+    p = policy_with(0.9, 0.040, 0.040, 0.030)
+    choices = [p.choose(8) for _ in range(3 * EXPLORE_EVERY)]
+    assert choices.count(1) == 3 and set(choices) == {0, 1}
+    assert [i + 1 for i, k in enumerate(choices) if k] == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 3 * EXPLORE_EVERY]
+
+
+def test_starts_at_a_default_before_measuring():
+    p = DraftLengthPolicy()
+    assert p.choose(8) == START_K and p.choose(2) == 2
+
+
+def test_acceptance_estimates_follow_observations():
+    p = DraftLengthPolicy()
+    for _ in range(200):  # position 0 always accepted, position 1 never
+        p.observe(3, 1, 0.03, 0.05)
+    weight = sum(DECAY**j for j in range(200))  # the decayed count of 200 passes
+    assert p.acceptance(0) == pytest.approx((weight + PRIOR_ACCEPT * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT))
+    assert p.acceptance(1) == pytest.approx(PRIOR_ACCEPT * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))
+    assert p.acceptance(2) == pytest.approx(PRIOR_ACCEPT)  # never reached: the prior
