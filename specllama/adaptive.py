@@ -26,6 +26,7 @@ DECAY = 0.97  # older observations fade, so the estimates follow the text
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
 START_K = 4  # the first pass, before anything is measured
 EXPLORE_EVERY = 16  # passes between probes of a neighbouring k
+MAX_PROBE_GAP = 1024  # after a fallback to k = 0, probes come ever rarer, up to this
 COST_EMA = 0.2  # weight of a new timing in a cost estimate
 
 
@@ -49,6 +50,10 @@ class DraftLengthPolicy:
     verify_seconds: dict[int, float] = field(default_factory=dict)  # rows -> one pass
     passes: int = 0
     last_k: int = START_K
+    # While drafting does not pay, the draft model falls behind (it evaluates
+    # nothing) and a probe must first catch up: probe after 16, 32, 64, ...
+    probe_gap: int = EXPLORE_EVERY
+    since_probe: int = 0
 
     # -- estimates --------------------------------------------------------
 
@@ -88,11 +93,20 @@ class DraftLengthPolicy:
         rates = [self.rate(k) for k in range(cap + 1)]
         best = max(range(cap + 1), key=rates.__getitem__)
         self.passes += 1
-        if self.passes % EXPLORE_EVERY == 0:
-            # Probe a neighbour now and then, so the estimates stay fresh where
-            # the choice is made (and drafting is retried after a fallback).
-            probe = best + 1 if best == 0 or (self.passes // EXPLORE_EVERY) % 2 else best - 1
-            best = min(max(probe, 0), cap)
+        self.since_probe += 1
+        if best == 0:
+            if self.since_probe >= self.probe_gap:
+                # Try drafting again, at the best k >= 1: the estimates may be stale.
+                self.since_probe = 0
+                self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
+                best = max(range(1, cap + 1), key=rates.__getitem__)
+        else:
+            self.probe_gap = EXPLORE_EVERY
+            if self.since_probe >= EXPLORE_EVERY:
+                # Probe a neighbour now and then, so the estimates stay fresh
+                # around the choice.
+                self.since_probe = 0
+                best = min(best + 1, cap) if (self.passes // EXPLORE_EVERY) % 2 else best - 1
         self.last_k = best
         return best
 

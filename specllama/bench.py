@@ -51,6 +51,23 @@ QUICK_PROMPTS = ("story", "summary")
 QUICK_TOKENS = 32
 
 
+SCENARIOS = {
+    "demo": "the demo pair: F32 Gemma 3 270M target, Q4_K_M draft",
+    "self-draft": "the Q4_K_M demo file as both target and draft: a draft step costs a target step, "
+                  "so speculation cannot pay and adaptive mode must fall back to target-only",
+}
+
+
+def scenario_paths(name: str) -> tuple[str, str]:
+    """(target, draft) files of a named bench scenario."""
+    from .demo import demo_pair
+
+    if name not in SCENARIOS:
+        raise SpecLlamaError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    target, draft = demo_pair()
+    return (draft, draft) if name == "self-draft" else (target, draft)
+
+
 def load_prompts(path: str) -> list[tuple[str, str]]:
     """Prompts from a file: one per line, or JSON Lines with a "prompt" key
     (and an optional "name")."""

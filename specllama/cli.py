@@ -218,14 +218,18 @@ def _number_list(kind: type, name: str, minimum: float):
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_file", default=None, help="Prompts file: text lines, or JSONL with \"prompt\".")
 @click.option("--quick", is_flag=True, help="A short run: k=4, two prompts, 32 tokens.")
+@click.option("--scenario", default=None, help="A built-in pair instead of -m/-md: demo, or self-draft "
+              "(the Q4_K_M file as target and draft, where speculation cannot pay).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...]} instead of the table.')
 @click.option("--plot", "plot_path", default=None, help="Also draw speedup and acceptance into this PNG file.")
 @boundary
 def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, top_k, top_p, min_p, seed,
-          draft_maxes, temperatures, n_predict, repeat, prompts_file, quick, as_json, plot_path) -> None:
+          draft_maxes, temperatures, n_predict, repeat, prompts_file, quick, scenario, as_json, plot_path) -> None:
     """Measure speculative against target-only decoding on this machine."""
     from . import bench as b
 
+    if scenario is not None:
+        model, model_draft = b.scenario_paths(scenario)
     if plot_path:
         from .bench_plot import check_plot_path
 
