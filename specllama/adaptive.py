@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PRIOR_ACCEPT = 0.7  # acceptance assumed at a position never tried
-PRIOR_WEIGHT = 2.0  # ... worth this many observations
-DECAY = 0.97  # older observations fade, so the estimates follow the text
+PRIOR_ACCEPT = 0.7  # acceptance assumed before anything is observed
+PRIOR_WEIGHT = 1.0  # a position's estimate leans on the pooled rate with this weight
+DECAY = 0.97  # at each new observation of a position, older ones fade
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
 START_K = 4  # the first pass, before anything is measured
 EXPLORE_EVERY = 16  # passes between probes of a neighbouring k
@@ -57,11 +57,21 @@ class DraftLengthPolicy:
 
     # -- estimates --------------------------------------------------------
 
+    def pooled(self) -> float:
+        """Acceptance over all positions observed (the prior before any)."""
+        tried = sum(self.tried)
+        return (sum(self.accepted) + PRIOR_ACCEPT * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+
     def acceptance(self, i: int) -> float:
-        """Estimated P(accept position i | positions before it accepted)."""
+        """Estimated P(accept position i | positions before it accepted): its
+        own decayed record, leaning on the pooled rate where it is thin (a
+        position never tried gets the pooled rate)."""
+        return self._acceptance(i, self.pooled())
+
+    def _acceptance(self, i: int, pooled: float) -> float:
         acc = self.accepted[i] if i < len(self.accepted) else 0.0
         tried = self.tried[i] if i < len(self.tried) else 0.0
-        return (acc + PRIOR_ACCEPT * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+        return (acc + pooled * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
 
     def verify_cost(self, rows: int) -> float:
         """Seconds for a target pass of ``rows`` rows: a line through the
@@ -78,7 +88,8 @@ class DraftLengthPolicy:
 
     def rate(self, k: int) -> float:
         """Expected tokens per second with k drafts."""
-        accept = [self.acceptance(i) for i in range(k)]
+        pooled = self.pooled()
+        accept = [self._acceptance(i, pooled) for i in range(k)]
         cost = k * (self.draft_seconds or 0.0) + self.verify_cost(k + 1)
         return expected_tokens(accept, k) / cost
 
@@ -111,16 +122,22 @@ class DraftLengthPolicy:
         return best
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        """Learn from one finished pass."""
-        for i in range(len(self.tried)):
-            self.tried[i] *= DECAY
-            self.accepted[i] *= DECAY
+        """Learn from one finished pass.
+
+        Args:
+            n_drafted, n_accepted: the pass's draft length and how much was kept.
+            draft_seconds: time spent drafting (catching up excluded).
+            verify_seconds: time of the target pass and the acceptance walk.
+        """
+        # Positions 0..n_accepted were tried (the last of them rejected unless
+        # all passed); a position's record fades only when it is observed
+        # again, so passes without drafts leave the estimates alone.
         for i in range(min(n_accepted + 1, n_drafted)):
             while len(self.tried) <= i:
                 self.tried.append(0.0)
                 self.accepted.append(0.0)
-            self.tried[i] += 1.0
-            self.accepted[i] += 1.0 if i < n_accepted else 0.0
+            self.tried[i] = self.tried[i] * DECAY + 1.0
+            self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < n_accepted else 0.0)
         if n_drafted:
             per_step = draft_seconds / n_drafted
             self.draft_seconds = _ema(self.draft_seconds, per_step)

@@ -264,8 +264,8 @@ def run_bench(
         base_params: top-k, top-p, min-p for every run (temperature is swept).
         on_run: called after each run (a progress bar's update).
     """
-    if engine.draft is None:
-        raise SpecLlamaError("bench needs a draft model (-md/--model-draft)")
+    if engine.drafter is None:
+        raise SpecLlamaError("bench needs a draft model (-md/--model-draft) or -md prompt-lookup")
     if not temperatures or not draft_maxes:
         raise SpecLlamaError("bench needs at least one temperature and one draft length")
     if any(k < 1 for k in draft_maxes):

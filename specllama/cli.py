@@ -182,7 +182,8 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
         formatter, origin = make_formatter(engine.target, chat_format)
         session = ChatSession(engine, formatter, system_prompt, params=params, draft_max=draft_max,
                               max_tokens=n_predict, adaptive=not draft_fixed)
-        draft = "no draft" if engine.draft is None else f"draft {engine.draft.path} (--draft-max {draft_max})"
+        draft = ("no draft" if engine.drafter is None else
+                 f"draft {engine.draft.path if engine.draft else 'prompt-lookup'} (--draft-max {draft_max})")
         repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {origin}. /help for commands.")
 
 

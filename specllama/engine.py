@@ -21,6 +21,7 @@ import numpy as np
 from .adaptive import DraftLengthPolicy
 from .compat import check_compatible
 from .errors import SpecLlamaError
+from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter, RowProcessor, processed
 from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_sparse
 
 
@@ -50,6 +51,9 @@ class Step:
         verify_seconds: time spent in the target pass and the acceptance test.
         finish_reason: None while going on; "stop" at an end-of-generation
             token; "length" at ``max_tokens`` or a full context.
+        target_logits: the target's logits rows of this pass, row j the one
+            ``tokens[j]`` was drawn from; a view that is valid only until
+            the loop is resumed (None on the closing "length" step).
     """
 
     tokens: list[int]
@@ -58,6 +62,7 @@ class Step:
     draft_seconds: float
     verify_seconds: float
     finish_reason: str | None = None
+    target_logits: np.ndarray | None = None
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -82,19 +87,32 @@ def _sync_prefix(model: Model, seq: Sequence[int]) -> int:
 
 
 class SpeculativeEngine:
-    """A target model, an optional draft model, and the loop that joins them.
+    """A target model, a drafter, and the loop that joins them.
 
     Args:
         target: the model whose distribution the output follows exactly.
-        draft: the model that proposes tokens, or None for target-only decoding.
-        check: verify first that the draft's vocabulary matches the target's.
+        draft: a draft model, ``"prompt-lookup"`` (n-gram drafts from the text
+            itself), a :class:`~specllama.drafters.Drafter`, or None for
+            target-only decoding.
+        check: verify first that a draft model's vocabulary matches the target's.
     """
 
-    def __init__(self, target: Model, draft: Model | None = None, *, check: bool = True) -> None:
-        if draft is not None and check:
-            check_compatible(target.vocab_info(), draft.vocab_info())  # type: ignore[attr-defined]
+    def __init__(self, target: Model, draft=None, *, check: bool = True) -> None:
         self.target = target
-        self.draft = draft
+        #: the draft model, when drafts come from one
+        self.draft: Model | None = None
+        self.drafter: Drafter | None = None
+        if isinstance(draft, str):
+            if draft != PROMPT_LOOKUP:
+                raise SpecLlamaError(f"draft must be a model or {PROMPT_LOOKUP!r}, got {draft!r}")
+            self.drafter = PromptLookupDrafter()
+        elif hasattr(draft, "propose"):
+            self.drafter = draft
+        elif draft is not None:
+            if check:
+                check_compatible(target.vocab_info(), draft.vocab_info())  # type: ignore[attr-defined]
+            self.draft = draft
+            self.drafter = ModelDrafter(draft)
         #: learns the best draft length from past passes (adaptive mode)
         self.policy = DraftLengthPolicy()
 
@@ -118,8 +136,8 @@ class SpeculativeEngine:
             how many prompt tokens the target had to evaluate.
         """
         n_evaluated = _sync_prefix(self.target, prompt_tokens[:-1])
-        if draft and self.draft is not None:
-            _sync_prefix(self.draft, prompt_tokens[:-1])
+        if draft and self.drafter is not None:
+            self.drafter.prefill(prompt_tokens[:-1])
         return n_evaluated
 
     def steps(
@@ -131,6 +149,7 @@ class SpeculativeEngine:
         max_tokens: int | None,
         rng: np.random.Generator | UniformSource,
         adaptive: bool = True,
+        processor: RowProcessor | None = None,
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
 
@@ -144,6 +163,9 @@ class SpeculativeEngine:
             adaptive: choose each pass's draft length from measured costs and
                 acceptance (:mod:`specllama.adaptive`); False drafts exactly
                 ``draft_max`` whenever there is room.
+            processor: ``(input_ids, scores) -> scores``, applied to every
+                target and draft row with the tokens before that row (drafts
+                included), so the output follows the processed target exactly.
 
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
@@ -154,8 +176,8 @@ class SpeculativeEngine:
             raise SpecLlamaError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
         if len(prompt_tokens) == 0:
             raise SpecLlamaError("the prompt is empty (it must hold at least one token)")
-        target, draft = self.target, self.draft
-        if draft is None:
+        target, drafter = self.target, self.drafter
+        if drafter is None:
             draft_max = 0
         n_vocab = target.n_vocab
         seq = list(prompt_tokens)
@@ -165,8 +187,8 @@ class SpeculativeEngine:
             # k drafts need len(seq) + k target positions; never draft more
             # than can still be emitted (k drafts emit up to k + 1 tokens).
             room = target.n_ctx - len(seq)
-            if draft is not None:
-                room = min(room, draft.n_ctx - len(seq) + 1)
+            if drafter is not None:
+                room = min(room, drafter.n_ctx - len(seq) + 1)
             if room < 0:
                 yield Step([], 0, 0, 0.0, 0.0, "length")
                 return
@@ -181,17 +203,7 @@ class SpeculativeEngine:
             draft_tokens: list[int] = []
             q_draft: list[SparseProbs] = []
             if k > 0:
-                for _ in range(k):
-                    # Only what the draft cache lacks: it never re-reads the prefix.
-                    have = len(draft.tokens)
-                    pending = seq[have:] + draft_tokens if have <= len(seq) else draft_tokens[have - len(seq):]
-                    row = draft.eval(pending, n_logits=1, copy=False)[0]
-                    q = sparse_probs(_fit_vocab(row, n_vocab), params)
-                    x = q.sample(rng.random())
-                    draft_tokens.append(x)
-                    q_draft.append(q)
-                    if draft.is_eog(x):
-                        break  # nothing is drafted past an end of generation
+                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, processor, n_vocab)
             t1 = time.perf_counter()
 
             # One target pass scores every draft position and the bonus row;
@@ -202,7 +214,8 @@ class SpeculativeEngine:
 
             def p_row(i: int) -> SparseProbs:
                 if i not in p_rows:
-                    p_rows[i] = sparse_probs(logits[i], params)
+                    row = processed(logits[i], seq + draft_tokens[:i] if processor else (), processor)
+                    p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
             n_accepted, next_token = verify_sparse(p_row, q_draft, draft_tokens, rng)
@@ -211,10 +224,11 @@ class SpeculativeEngine:
             # Both caches keep seq + the accepted drafts; the next token is
             # evaluated in the next pass.
             target.rewind(len(seq) + n_accepted)
-            if draft is not None:
-                draft.rewind(min(len(draft.tokens), len(seq) + n_accepted))
+            if drafter is not None:
+                drafter.keep(len(seq) + n_accepted)
             t2 = time.perf_counter()
-            self.policy.observe(len(draft_tokens), n_accepted, t1 - t0, t2 - t1)
+            catch_up = getattr(drafter, "catch_up_seconds", 0.0) if k > 0 else 0.0
+            self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
 
             emitted: list[int] = []
             finish = None
@@ -228,18 +242,6 @@ class SpeculativeEngine:
                     break
             seq.extend(new_tokens)
             n_emitted += len(emitted)
-            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish)
+            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits)
             if finish is not None:
                 return
-
-
-def _fit_vocab(logits: np.ndarray, n_vocab: int) -> np.ndarray:
-    """Draft logits over the target's vocabulary: ids the target lacks are
-    cut, ids the draft lacks (padding) get -inf."""
-    if logits.shape[0] == n_vocab:
-        return logits
-    if logits.shape[0] > n_vocab:
-        return logits[:n_vocab]
-    out = np.full(n_vocab, -np.inf, dtype=logits.dtype)
-    out[: logits.shape[0]] = logits
-    return out

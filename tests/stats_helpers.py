@@ -27,10 +27,11 @@ def assert_distributed_as(counts: np.ndarray, probs: np.ndarray) -> None:
         return
     observed = counts[support].astype(float)
     expected = n * probs[support] / probs[support].sum()
-    # Pool the rarest bins until the pooled bin expects >= 5 (the usual rule
-    # for the chi-square approximation).
+    # Pool every bin that expects < 5 (the usual rule for the chi-square
+    # approximation), and more of the rarest until the pool expects >= 5.
     order = np.argsort(expected)
-    cut = int(np.searchsorted(np.cumsum(expected[order]), 5.0)) + 1 if expected.min() < 5 else 0
+    n_rare = int((expected < 5).sum())
+    cut = max(n_rare, int(np.searchsorted(np.cumsum(expected[order]), 5.0)) + 1) if n_rare else 0
     if cut:
         rare, common = order[:cut], order[cut:]
         observed = np.append(observed[common], observed[rare].sum())

@@ -95,6 +95,13 @@ def test_acceptance_estimates_follow_observations():
     for _ in range(200):  # position 0 always accepted, position 1 never
         p.observe(3, 1, 0.03, 0.05)
     weight = sum(DECAY**j for j in range(200))  # the decayed count of 200 passes
-    assert p.acceptance(0) == pytest.approx((weight + PRIOR_ACCEPT * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT))
-    assert p.acceptance(1) == pytest.approx(PRIOR_ACCEPT * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))
-    assert p.acceptance(2) == pytest.approx(PRIOR_ACCEPT)  # never reached: the prior
+    pooled = (weight + PRIOR_ACCEPT * PRIOR_WEIGHT) / (2 * weight + PRIOR_WEIGHT)
+    assert p.pooled() == pytest.approx(pooled)
+    assert p.acceptance(0) == pytest.approx((weight + pooled * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT))
+    assert p.acceptance(1) == pytest.approx(pooled * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))
+    assert p.acceptance(2) == pytest.approx(pooled)  # never reached: the pooled rate
+    # passes without drafts leave the estimates as they were
+    before = [p.acceptance(i) for i in range(3)]
+    for _ in range(100):
+        p.observe(0, 0, 0.0, 0.04)
+    assert [p.acceptance(i) for i in range(3)] == before

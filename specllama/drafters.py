@@ -1,0 +1,133 @@
+"""Where draft tokens come from: a draft model, or n-gram lookup in the text.
+
+A drafter proposes up to k tokens after a sequence, each with the
+distribution it was drawn from, and learns how much of its proposal was kept.
+The engine verifies whatever it proposes with the same exact rule.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs
+
+#: (input_ids, scores) -> scores: llama-cpp-python's logits processor shape
+RowProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+PROMPT_LOOKUP = "prompt-lookup"
+LOOKUP_MAX_NGRAM = 3
+LOOKUP_MIN_NGRAM = 1
+
+
+class Drafter(Protocol):
+    n_ctx: int
+
+    def propose(self, seq: list[int], k: int, params: SamplingParams, rng: np.random.Generator | UniformSource,
+                processor: RowProcessor | None, n_vocab: int) -> tuple[list[int], list[SparseProbs]]: ...
+
+    def keep(self, n_keep: int) -> None: ...
+
+    def prefill(self, tokens: Sequence[int]) -> None: ...
+
+
+def processed(row: np.ndarray, prefix: Sequence[int], processor: RowProcessor | None) -> np.ndarray:
+    """A logits row after the processor, given the tokens before it."""
+    if processor is None:
+        return row
+    return processor(np.asarray(prefix, dtype=np.intc), np.array(row, dtype=np.float32))
+
+
+class ModelDrafter:
+    """Draft autoregressively with a smaller model that keeps its own KV cache
+    (it only ever evaluates tokens its cache lacks)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.n_ctx = model.n_ctx
+        #: seconds of the last proposal spent catching up on tokens the
+        #: draft skipped while not drafting (not a cost of drafting itself)
+        self.catch_up_seconds = 0.0
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        from .engine import _sync_prefix
+
+        _sync_prefix(self.model, tokens)
+
+    def propose(self, seq, k, params, rng, processor, n_vocab):
+        draft = self.model
+        tokens: list[int] = []
+        dists: list[SparseProbs] = []
+        self.catch_up_seconds = 0.0
+        have = len(draft.tokens)
+        if len(seq) - have > 2:
+            # the draft fell behind (passes without drafting): catch up first
+            t0 = time.perf_counter()
+            draft.eval(seq[have:-1], n_logits=0)
+            self.catch_up_seconds = time.perf_counter() - t0
+        for _ in range(k):
+            have = len(draft.tokens)
+            pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
+            row = draft.eval(pending, n_logits=1, copy=False)[0]
+            row = processed(_fit_vocab(row, n_vocab), seq + tokens if processor else (), processor)
+            q = sparse_probs(row, params)
+            x = q.sample(rng.random())
+            tokens.append(x)
+            dists.append(q)
+            if draft.is_eog(x):
+                break  # nothing is drafted past an end of generation
+        return tokens, dists
+
+    def keep(self, n_keep: int) -> None:
+        self.model.rewind(min(len(self.model.tokens), n_keep))
+
+
+class PromptLookupDrafter:
+    """Draft by copying: find the latest earlier occurrence of the last n
+    tokens (n = 3, 2, 1) and propose what followed it. The proposal is a
+    fixed function of the text, so its distribution is one-hot: the
+    acceptance test becomes u < p(x), and the residual is p without x."""
+
+    n_ctx = 1 << 62  # no cache, no limit
+
+    def __init__(self, max_ngram: int = LOOKUP_MAX_NGRAM, min_ngram: int = LOOKUP_MIN_NGRAM) -> None:
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def keep(self, n_keep: int) -> None:
+        pass
+
+    def lookup(self, seq: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier match of seq's tail."""
+        arr = np.asarray(seq)
+        n_seq = arr.shape[0]
+        for n in range(min(self.max_ngram, n_seq - 1), self.min_ngram - 1, -1):
+            tail = arr[n_seq - n:]
+            # windows starting at 0 .. n_seq - n - 1 (not the tail itself)
+            windows = np.lib.stride_tricks.sliding_window_view(arr[: n_seq - 1], n)
+            hits = np.flatnonzero((windows == tail).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return [int(t) for t in arr[start: start + k]]
+        return []
+
+    def propose(self, seq, k, params, rng, processor, n_vocab):
+        tokens = self.lookup(seq, k)
+        return tokens, [SparseProbs(np.array([t], dtype=np.int64), np.ones(1)) for t in tokens]
+
+
+def _fit_vocab(logits: np.ndarray, n_vocab: int) -> np.ndarray:
+    """Draft logits over the target's vocabulary: ids the target lacks are
+    cut, ids the draft lacks (padding) get -inf."""
+    if logits.shape[0] == n_vocab:
+        return logits
+    if logits.shape[0] > n_vocab:
+        return logits[:n_vocab]
+    out = np.full(n_vocab, -np.inf, dtype=logits.dtype)
+    out[: logits.shape[0]] = logits
+    return out
