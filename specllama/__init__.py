@@ -13,6 +13,7 @@ __all__ = [
     "SamplingParams",
     "SpecLlamaError",
     "SpeculativeEngine",
+    "SpeculativeLlama",
     "Step",
     "demo_pair",
     "generate",
@@ -30,4 +31,8 @@ def __getattr__(name: str):
         from .loader import open_engine
 
         return open_engine
+    if name == "SpeculativeLlama":
+        from .api import SpeculativeLlama
+
+        return SpeculativeLlama
     raise AttributeError(f"module 'specllama' has no attribute {name!r}")

@@ -42,6 +42,11 @@ DEFAULT_N_BATCH = 512
 DEFAULT_N_GPU_LAYERS = 0
 
 
+def is_llama(obj: object) -> bool:
+    """True for a ``llama_cpp.Llama`` (so no other module imports llama_cpp)."""
+    return isinstance(obj, llama_cpp.Llama)
+
+
 def default_threads() -> int:
     """All cores (llama-cpp-python's own default is half of them)."""
     return os.cpu_count() or 1
@@ -133,6 +138,7 @@ class LlamaModel:
             raise SpecLlamaError(f"threads must be >= 1, got {n_threads}")
         if n_threads is None:
             n_threads = default_threads()
+        self._requested_n_ctx = n_ctx
         try:
             with _quiet_stderr(not verbose):
                 self.llama = llama_cpp.Llama(
@@ -151,11 +157,40 @@ class LlamaModel:
                 )
         except (ValueError, RuntimeError) as e:
             raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}") from None
+        self._attach(owns_llama=True)
+
+    @classmethod
+    def from_llama(cls, llama: "llama_cpp.Llama") -> "LlamaModel":
+        """Drive an application's existing ``llama_cpp.Llama`` (its context and
+        KV cache; closing this object leaves the Llama open).
+
+        The Llama's own prompt cache is reset, so calling it directly later
+        evaluates its prompt afresh.
+        """
+        if not is_llama(llama):
+            raise TypeError(f"expected a llama_cpp.Llama, got {llama!r}")
+        self = cls.__new__(cls)
+        self.path = llama.model_path
+        self.llama = llama
+        n_swa = int(llama_cpp.llama_model_n_swa(llama.model))
+        if n_swa > 0 and not llama.context_params.swa_full:
+            raise SpecLlamaError(
+                f"{self.path!r} uses a sliding attention window: create its Llama with swa_full=True, "
+                "so the cache can be rewound after a rejected draft"
+            )
+        self._attach(owns_llama=False)
+        llama.n_tokens = 0
+        return self
+
+    def _attach(self, *, owns_llama: bool) -> None:
+        self._owns_llama = owns_llama
         self._ctx = self.llama.ctx
         self._vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        requested = getattr(self, "_requested_n_ctx", None)
+        actual = int(llama_cpp.llama_n_ctx(self._ctx))
         # llama.cpp may round the cache up; the context is what was asked for.
-        self.n_ctx = min(n_ctx, int(llama_cpp.llama_n_ctx(self._ctx)))
+        self.n_ctx = min(requested, actual) if requested else actual
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -296,8 +331,9 @@ class LlamaModel:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
-        with contextlib.suppress(Exception):
-            self.llama.close()
+        if self._owns_llama:
+            with contextlib.suppress(Exception):
+                self.llama.close()
 
     def __enter__(self) -> "LlamaModel":
         return self

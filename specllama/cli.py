@@ -36,7 +36,8 @@ def load_options(f):
     return _apply(f, [
         click.option("-m", "--model", type=str, default=None, help="Target GGUF file, or a pair name (default: the demo pair)."),
         click.option("-md", "--model-draft", "model_draft", type=str, default=None,
-                     help="Draft GGUF file (or a pair name from `specllama models`)."),
+                     help="Draft GGUF file, a pair name from `specllama models`, or prompt-lookup "
+                          "(n-gram drafts from the text itself, no second model)."),
         click.option("--pair", default=None, help="A curated pair from `specllama models` for -m and -md."),
         click.option("-c", "--ctx-size", "ctx_size", type=click.IntRange(min=1), default=DEFAULT_N_CTX,
                      show_default=True, help="Context size in tokens, for both models."),

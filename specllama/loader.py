@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel
 from .demo import demo_pair
+from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .models import get_pair, resolve_model
@@ -25,7 +26,7 @@ def resolve_paths(model: str | None, draft: str | None, pair: str | None = None)
         return demo_pair()
     if model is None:
         raise SpecLlamaError(f"a draft model was given ({draft!r}) but no target: add -m/--model TARGET.gguf")
-    return resolve_model(model, "target"), resolve_model(draft, "draft")
+    return resolve_model(model, "target"), draft if draft == PROMPT_LOOKUP else resolve_model(draft, "draft")
 
 
 def open_engine(
@@ -54,6 +55,8 @@ def open_engine(
     target_path, draft_path = resolve_paths(model, draft, pair)
     target = LlamaModel(target_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
     draft_model = None
+    if use_draft and draft_path == PROMPT_LOOKUP:
+        return SpeculativeEngine(target, PROMPT_LOOKUP)
     if use_draft and draft_path is not None:
         ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
         try:

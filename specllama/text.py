@@ -14,9 +14,11 @@ class TextAssembler:
     to be one, so no delta ever has to be taken back.
     """
 
-    def __init__(self, stop: Sequence[str] = ()) -> None:
+    def __init__(self, stop: Sequence[str] = (), *, errors: str = "replace") -> None:
+        """Args: stop: stop strings; errors: what invalid UTF-8 becomes
+        ("replace": U+FFFD, "ignore": nothing, as llama-cpp-python does)."""
         self._stop = [s for s in stop if s]
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors)
         self._pending = ""
         self.stopped = False
 

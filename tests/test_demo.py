@@ -85,3 +85,15 @@ def test_demo_caches_match_fresh_evaluation(demo_paths):
         # F32 logits differ by ~0.01 between batch shapes; a wrong cache by ~3
         assert np.argmax(got) == np.argmax(want)
         np.testing.assert_allclose(got, want, atol=0.05)
+
+
+def test_prompt_lookup_pays_on_repetitive_text(demo_paths):
+    """On a prompt that repeats itself, n-gram drafts are mostly accepted."""
+    from specllama import SpeculativeLlama
+
+    minutes = "The committee reviewed the budget. The committee approved the budget. " * 3
+    with SpeculativeLlama(demo_paths[0], "prompt-lookup", n_ctx=512, adaptive=False, draft_max=4) as llm:
+        out = llm.create_completion(minutes, max_tokens=32, temperature=0)
+    stats = out["speculative"]
+    assert stats["n_drafted"] > 16
+    assert stats["acceptance_rate"] > 0.5

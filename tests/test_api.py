@@ -1,0 +1,226 @@
+"""SpeculativeLlama: llama-cpp-python's shapes, its greedy text, exactness with
+logits processors, penalties and prompt-lookup drafts, threads, bad input."""
+
+from __future__ import annotations
+
+import threading
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from specllama import SpeculativeLlama
+from specllama.sampling import SamplingParams, to_probs
+
+from .stats_helpers import assert_distributed_as
+
+PROMPT = "once upon a time there lived a king"
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_pair):
+    llama = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False)
+    yield llama
+    llama.close()
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_pair):
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, seed=0, draft_max=3, adaptive=False) as s:
+        yield s
+
+
+def shape(obj, top: bool = True):
+    """The key structure of a response, values left out; our one extra key
+    (speculative) is set aside."""
+    if isinstance(obj, dict):
+        return {k: shape(v, False) for k, v in obj.items() if not (top and k == "speculative")}
+    if isinstance(obj, list):
+        return [shape(v, False) for v in obj]
+    return type(obj).__name__ if obj is not None else None
+
+
+def test_completion_shape_matches_llama_cpp(spec, reference):
+    ours = spec.create_completion(PROMPT, max_tokens=6, temperature=0)
+    theirs = reference.create_completion(PROMPT, max_tokens=6, temperature=0)
+    assert shape(ours) == shape(theirs)
+    assert ours["object"] == "text_completion" and ours["id"].startswith("cmpl-")
+    assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
+    assert set(ours["speculative"]) == {"n_drafted", "n_accepted", "acceptance_rate", "tokens_per_pass"}
+
+
+def test_streaming_completion_shape_matches_llama_cpp(spec, reference):
+    ours = list(spec.create_completion(PROMPT, max_tokens=6, temperature=0, stream=True))
+    theirs = list(reference.create_completion(PROMPT, max_tokens=6, temperature=0, stream=True))
+    assert {str(shape(c)) for c in ours} == {str(shape(c)) for c in theirs}
+    assert [c["choices"][0]["finish_reason"] for c in ours][-1] == theirs[-1]["choices"][0]["finish_reason"]
+    assert "speculative" in ours[-1] and all("speculative" not in c for c in ours[:-1])
+    assert "".join(c["choices"][0]["text"] for c in ours) == spec.create_completion(
+        PROMPT, max_tokens=6, temperature=0)["choices"][0]["text"]
+
+
+def test_chat_shapes_match_llama_cpp(spec, reference):
+    messages = [{"role": "system", "content": "be a king"}, {"role": "user", "content": "once upon a time"}]
+    ours = spec.create_chat_completion(messages, max_tokens=5, temperature=0)
+    theirs = reference.create_chat_completion(messages, max_tokens=5, temperature=0)
+    assert shape(ours) == shape(theirs)
+    assert ours["object"] == "chat.completion" and ours["choices"][0]["message"]["role"] == "assistant"
+    ours_stream = list(spec.create_chat_completion(messages, max_tokens=5, temperature=0, stream=True))
+    theirs_stream = list(reference.create_chat_completion(messages, max_tokens=5, temperature=0, stream=True))
+    assert shape(ours_stream[0]) == shape(theirs_stream[0])  # the role delta
+    assert ours_stream[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert shape(ours_stream[-1]) == shape(theirs_stream[-1])  # the empty delta with the finish reason
+    assert {str(shape(c)) for c in ours_stream[1:-1]} <= {str(shape(c)) for c in theirs_stream[1:-1]}
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in ours_stream)
+    assert content == ours["choices"][0]["message"]["content"]
+
+
+def test_greedy_text_equals_llama_cpp(spec, reference):
+    for prompt in (PROMPT, "the cat and the dog went to the house"):
+        theirs = reference.create_completion(prompt, max_tokens=40, temperature=0)
+        n = theirs["usage"]["completion_tokens"]  # llama-cpp-python may run past 40 to finish a character
+        ours = spec.create_completion(prompt, max_tokens=n, temperature=0)
+        assert ours["choices"][0]["text"] == theirs["choices"][0]["text"]
+        assert ours["speculative"]["n_drafted"] > 0
+
+
+def test_wrapping_an_existing_llama(tiny_pair, reference):
+    target = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False)
+    with SpeculativeLlama(target, tiny_pair[1], adaptive=False) as s:
+        ours = s.create_completion(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"]
+    theirs = reference.create_completion(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"]
+    assert ours and theirs.startswith(ours)
+    # the application's Llama still works on its own afterwards
+    assert target.create_completion(PROMPT, max_tokens=12, temperature=0)["choices"][0]["text"] == theirs
+    target.close()
+
+
+def test_generate_yields_token_ids(spec, reference):
+    tokens = spec.tokenize(PROMPT.encode())
+    ours = []
+    for tok in spec.generate(tokens, temp=0):
+        ours.append(tok)
+        if len(ours) == 10:
+            break
+    theirs = []
+    for tok in reference.generate(reference.tokenize(PROMPT.encode()), temp=0):
+        theirs.append(tok)
+        if len(theirs) == 10:
+            break
+    assert ours == theirs
+
+
+# -- exactness with processors, penalties and prompt-lookup ----------------
+
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def first_two_counts(s, processor, prompt_tokens, n_runs, **gen):
+    """(t1, t2) counts over seeded runs, and the processed target's exact
+    joint probabilities for the same bins (EOS first, and any rare first
+    token, pooled in the last two bins)."""
+    target = s.engine.target
+
+    def p_next(prefix):
+        target.rewind(0)
+        row = target.eval(prefix, n_logits=1)[0]
+        if processor is not None:
+            row = processor(np.asarray(prefix, np.intc), row.copy())
+        return to_probs(row, PLAIN)
+
+    p1 = p_next(prompt_tokens)
+    likely = [int(t) for t in np.flatnonzero(p1 * n_runs >= 0.5) if t != EOS]
+    joint = [p1[t1] * p_next(prompt_tokens + [t1]) for t1 in likely]
+    expected = np.concatenate(joint + [[p1[EOS], 1.0 - p1[likely].sum() - p1[EOS]]])
+    index = {t1: i for i, t1 in enumerate(likely)}
+    v = target.n_vocab
+    counts = np.zeros(len(expected), dtype=np.int64)
+    for _ in range(n_runs):
+        out = []
+        for tok in s.generate(prompt_tokens, temp=1.0, top_k=0, top_p=1.0, min_p=0.0, **gen):
+            out.append(tok)
+            if len(out) == 2 or tok == EOS:
+                break
+        t1 = out[0]
+        counts[-2 if t1 == EOS else index[t1] * v + out[1] if t1 in index else -1] += 1
+    return counts, expected, p1
+
+
+def test_logits_processor_and_repeat_penalty_are_exact(tiny_pair):
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, seed=3, draft_max=3, adaptive=False) as s:
+        prompt = s.tokenize(PROMPT.encode())
+        raw = s.engine.target.eval(prompt, n_logits=1)[0]
+        banned, boosted = int(np.argmax(raw)), int(np.argsort(raw)[-8])
+
+        def ban_and_boost(input_ids, scores):
+            scores[banned] = -np.inf
+            scores[boosted] += 3.0
+            return scores
+
+        from specllama.processors import chain, penalties
+
+        processor = chain([ban_and_boost, penalties(repeat_penalty=1.3)])
+        counts, expected, p1 = first_two_counts(s, processor, prompt, 3000, logits_processor=[ban_and_boost],
+                                                repeat_penalty=1.3)
+        assert p1[banned] == 0.0 and p1[boosted] > 0.05  # the processors matter here
+        assert_distributed_as(counts, expected)
+
+
+def test_prompt_lookup_is_exact(tiny_pair):
+    with SpeculativeLlama(tiny_pair[0], "prompt-lookup", n_ctx=256, seed=4, draft_max=3, adaptive=False) as s:
+        prompt = s.tokenize("the cat and the dog and the cat and the".encode())
+        counts, expected, _ = first_two_counts(s, None, prompt, 3000)
+        assert_distributed_as(counts, expected)
+        drafted = s.create_completion(prompt, max_tokens=8, temperature=1.0)["speculative"]["n_drafted"]
+        assert drafted > 0
+
+
+def test_two_threads_at_once(tiny_pair):
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, draft_max=4) as s:
+        expected = {p: s.create_completion(p, max_tokens=30, temperature=0)["choices"][0]["text"]
+                    for p in (PROMPT, "the dog said hello")}
+        results: dict[str, str] = {}
+
+        def work(prompt):
+            results[prompt] = s.create_completion(prompt, max_tokens=30, temperature=0)["choices"][0]["text"]
+
+        threads = [threading.Thread(target=work, args=(p,)) for p in expected]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == expected
+
+
+# -- bad input -------------------------------------------------------------
+
+
+def test_bad_draft(tiny_pair):
+    with pytest.raises(ValueError, match=r"draft must be a GGUF path, a llama_cpp.Llama or 'prompt-lookup', got 42"):
+        SpeculativeLlama(tiny_pair[0], 42)
+
+
+def test_missing_draft_file(tiny_pair):
+    with pytest.raises(ValueError, match="model file not found: '/no/draft.gguf'"):
+        SpeculativeLlama(tiny_pair[0], "/no/draft.gguf")
+
+
+def test_messages_without_roles(spec):
+    with pytest.raises(ValueError, match=r"messages\[1\] must be a dict with a 'role' string, got \{'content': 'hi'\}"):
+        spec.create_chat_completion([{"role": "user", "content": "a"}, {"content": "hi"}])
+    with pytest.raises(ValueError, match="messages must be a non-empty list"):
+        spec.create_chat_completion([])
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_max_tokens_below_one(spec, bad):
+    with pytest.raises(ValueError, match=f"max_tokens must be None .* or an integer >= 1, got {bad}"):
+        spec.create_completion(PROMPT, max_tokens=bad)
+
+
+def test_unsupported_options_are_refused(spec):
+    with pytest.raises(ValueError, match="logprobs=3 is not supported"):
+        spec.create_completion(PROMPT, logprobs=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        spec.create_completion(PROMPT, colour="red")
