@@ -185,10 +185,8 @@ class SpeculativeLlama:
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
         dict, or with ``stream=True`` an iterator of its chunks."""
-        self._refuse(unsupported)
-        _check_max_tokens(max_tokens)
-        params = SamplingParams(temperature, top_k, top_p, min_p)
-        processor = self._processor(logits_processor, repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
+        params, processor = self._prepare(unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor,
+                                          repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         usage: dict = {}
         run = self._completion_run(prompt, params, max_tokens, stops, seed, processor, stopping_criteria, echo, model,
@@ -234,10 +232,8 @@ class SpeculativeLlama:
         rendered = formatter(list(messages))
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
         stops = ([stop] if isinstance(stop, str) else list(stop or [])) + rendered.stop
-        self._refuse(unsupported)
-        _check_max_tokens(max_tokens)
-        params = SamplingParams(temperature, top_k, top_p, min_p)
-        processor = self._processor(logits_processor, repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
+        params, processor = self._prepare(unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor,
+                                          repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
         usage: dict = {}
         completion = self._completion_run(tokens, params, max_tokens, stops, seed, processor, stopping_criteria,
                                           False, model, usage)
@@ -260,6 +256,15 @@ class SpeculativeLlama:
         }
 
     # -- internals --------------------------------------------------------
+
+    def _prepare(self, unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor, repeat_penalty,
+                 presence_penalty, frequency_penalty, logit_bias):
+        """Check a call's options; return its sampling params and processor."""
+        self._refuse(unsupported)
+        _check_max_tokens(max_tokens)
+        params = SamplingParams(temperature, top_k, top_p, min_p)
+        return params, self._processor(logits_processor, repeat_penalty, presence_penalty, frequency_penalty,
+                                       logit_bias)
 
     @staticmethod
     def _refuse(unsupported: dict) -> None:

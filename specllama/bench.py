@@ -55,6 +55,7 @@ SCENARIOS = {
     "demo": "the demo pair: F32 Gemma 3 270M target, Q4_K_M draft",
     "self-draft": "the Q4_K_M demo file as both target and draft: a draft step costs a target step, "
                   "so speculation cannot pay and adaptive mode must fall back to target-only",
+    "prompt-lookup": "the demo F32 target with n-gram drafts from the text itself (no draft model)",
 }
 
 
@@ -65,7 +66,18 @@ def scenario_paths(name: str) -> tuple[str, str]:
     if name not in SCENARIOS:
         raise SpecLlamaError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     target, draft = demo_pair()
-    return (draft, draft) if name == "self-draft" else (target, draft)
+    return {"demo": (target, draft), "self-draft": (draft, draft), "prompt-lookup": (target, "prompt-lookup")}[name]
+
+
+def builtin_prompts(names: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """The built-in prompts, all or the named ones."""
+    if names is None:
+        return list(BUILTIN_PROMPTS.items())
+    unknown = [n for n in names if n not in BUILTIN_PROMPTS]
+    if unknown or not names:
+        raise SpecLlamaError(f"unknown built-in prompt {unknown[0] if unknown else ''!r}; "
+                             f"known: {', '.join(BUILTIN_PROMPTS)}")
+    return [(n, BUILTIN_PROMPTS[n]) for n in names]
 
 
 def load_prompts(path: str) -> list[tuple[str, str]]:
@@ -156,6 +168,9 @@ class BenchResult:
 
     def recommendation(self) -> str:
         b = self.best()
+        if b.adaptive and b.mean_draft_length < 0.5:
+            return (f"best: --draft-max 0 or the adaptive default, which falls back to target-only here "
+                    f"({b.speedup:.2f}x at temp {b.temperature:g})")
         flag = f"--draft-max {b.draft_max}" + ("" if b.adaptive else " --draft-fixed")
         if b.speedup < 1.0:
             return f"best: --draft-max 0 (speculation did not pay here; best try {flag} " \

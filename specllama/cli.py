@@ -219,14 +219,18 @@ def _number_list(kind: type, name: str, minimum: float):
               help="Tokens per run (default 48; --quick 32).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_file", default=None, help="Prompts file: text lines, or JSONL with \"prompt\".")
+@click.option("--only", "only", default=None, metavar="story,code,qa,summary",
+              help="Run only these built-in prompts.")
 @click.option("--quick", is_flag=True, help="A short run: k=4, two prompts, 32 tokens.")
-@click.option("--scenario", default=None, help="A built-in pair instead of -m/-md: demo, or self-draft "
-              "(the Q4_K_M file as target and draft, where speculation cannot pay).")
+@click.option("--scenario", default=None, help="A built-in pair instead of -m/-md: demo; self-draft "
+              "(the Q4_K_M file as target and draft, where speculation cannot pay); prompt-lookup "
+              "(the F32 target with n-gram drafts).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...]} instead of the table.')
 @click.option("--plot", "plot_path", default=None, help="Also draw speedup and acceptance into this PNG file.")
 @boundary
 def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, top_k, top_p, min_p, seed,
-          draft_maxes, temperatures, n_predict, repeat, prompts_file, quick, scenario, as_json, plot_path) -> None:
+          draft_maxes, temperatures, n_predict, repeat, prompts_file, only, quick, scenario, as_json,
+          plot_path) -> None:
     """Measure speculative against target-only decoding on this machine."""
     from . import bench as b
 
@@ -236,8 +240,8 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         from .bench_plot import check_plot_path
 
         check_plot_path(plot_path)
-    prompts = b.load_prompts(prompts_file) if prompts_file else [
-        (name, text) for name, text in b.BUILTIN_PROMPTS.items() if not quick or name in b.QUICK_PROMPTS]
+    prompts = b.load_prompts(prompts_file) if prompts_file else b.builtin_prompts(
+        only.split(",") if only else b.QUICK_PROMPTS if quick else None)
     draft_maxes = draft_maxes or list(b.QUICK_DRAFT_MAXES if quick else b.DEFAULT_DRAFT_MAXES)
     temperatures = temperatures or list(b.DEFAULT_TEMPERATURES)
     n_tokens = n_predict or (b.QUICK_TOKENS if quick else b.DEFAULT_BENCH_TOKENS)

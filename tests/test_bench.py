@@ -77,6 +77,12 @@ def test_table_output(tiny_pair):
     assert lines[-1].startswith("best: --draft-max ")
 
 
+def test_only_some_builtin_prompts(tiny_pair):
+    r = bench(tiny_pair, "--json", "-n", "6", "--draft-max", "1", "--temp", "0", "--only", "qa,story")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["prompts"] == ["qa", "story"]
+
+
 def test_prompts_file_text_and_jsonl(tmp_path, tiny_pair):
     f = tmp_path / "p.jsonl"
     f.write_text('{"name": "kings", "prompt": "once upon a king"}\n\nthe cat sat\n')
@@ -103,6 +109,7 @@ def one_line_error(r) -> str:
         (["--temp", "x"], "'x' is not a comma-separated list of temperatures >= 0"),
         (["--repeat", "0"], "Invalid value for '--repeat': 0 is not in the range x>=1."),
         (["--plot", "/no/such/folder/p.png"], "cannot write the plot '/no/such/folder/p.png': folder"),
+        (["--only", "poems"], "unknown built-in prompt 'poems'; known: story, code, qa, summary"),
     ],
 )
 def test_bad_input(tiny_pair, args, text):
