@@ -328,8 +328,9 @@ class SpeculativeLlama:
                 seq = list(prompt_tokens)
                 n_drafted = n_accepted = n_passes = 0
                 finish = None
-                if echo:
-                    yield chunk(self.detokenize(prompt_tokens).decode("utf-8", errors="ignore"), None)
+                if echo:  # the prompt as given (a token prompt, as its text)
+                    yield chunk(prompt if isinstance(prompt, str) else
+                                self.detokenize(prompt_tokens).decode("utf-8", errors="ignore"), None)
                 for step in self._steps(seq, params, max_tokens, rng, processor):
                     n_drafted += step.n_drafted
                     n_accepted += step.n_accepted

@@ -111,6 +111,25 @@ def test_generate_yields_token_ids(spec, reference):
     assert ours == theirs
 
 
+def test_stopping_criteria_and_echo(spec):
+    calls = []
+
+    def after_five(input_ids, logits):
+        calls.append((len(input_ids), logits.shape))
+        return len(calls) == 5
+
+    out = spec.create_completion(PROMPT, max_tokens=20, temperature=0, stopping_criteria=after_five)
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["completion_tokens"] == 5
+    n_prompt = out["usage"]["prompt_tokens"]
+    assert [n for n, _ in calls] == list(range(n_prompt + 1, n_prompt + 6))  # prompt + tokens so far
+    assert all(s == (spec.engine.target.n_vocab,) for _, s in calls)  # one logits row each
+    full = spec.create_completion(PROMPT, max_tokens=5, temperature=0)["choices"][0]["text"]
+    assert out["choices"][0]["text"] == full
+    echoed = spec.create_completion(PROMPT, max_tokens=5, temperature=0, echo=True)["choices"][0]["text"]
+    assert echoed == PROMPT + full
+
+
 # -- exactness with processors, penalties and prompt-lookup ----------------
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
