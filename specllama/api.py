@@ -19,7 +19,6 @@ import numpy as np
 from .backend import DEFAULT_N_CTX, LlamaModel, is_llama
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine, Step
-from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, tokenize_prompt
 from .processors import chain, penalties
 from .sampling import SamplingParams
@@ -35,6 +34,20 @@ def _open_model(source, role: str, *, n_ctx: int, n_gpu_layers: int, n_threads: 
         return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
     accepted = "a GGUF path or a llama_cpp.Llama" + (" or 'prompt-lookup'" if role == "draft" else "")
     raise ValueError(f"{role} must be {accepted}, got {source!r}")
+
+
+def _bias_processor(logit_bias: dict[int, float] | None):
+    """llama-cpp-python's ``logit_bias`` as a processor (None: no bias)."""
+    if not logit_bias:
+        return None
+    ids = np.fromiter(logit_bias.keys(), dtype=np.int64)
+    values = np.fromiter(logit_bias.values(), dtype=np.float32)
+
+    def bias(input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        scores[ids] += values
+        return scores
+
+    return bias
 
 
 def _as_list(processors) -> list:
@@ -279,16 +292,7 @@ class SpeculativeLlama:
                                  f"(leave it at {neutral[name]!r})")
 
     def _processor(self, logits_processor, repeat_penalty, presence_penalty, frequency_penalty, logit_bias=None):
-        bias = None
-        if logit_bias:
-            ids = np.fromiter(logit_bias.keys(), dtype=np.int64)
-            values = np.fromiter(logit_bias.values(), dtype=np.float32)
-
-            def bias(input_ids, scores):
-                scores[ids] += values
-                return scores
-
-        return chain(_as_list(logits_processor) + [bias, penalties(
+        return chain(_as_list(logits_processor) + [_bias_processor(logit_bias), penalties(
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty)])
 
     def _chat_formatter(self):

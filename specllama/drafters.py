@@ -12,6 +12,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from .prefix import sync_prefix
 from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs
 
 #: (input_ids, scores) -> scores: llama-cpp-python's logits processor shape
@@ -52,9 +53,7 @@ class ModelDrafter:
         self.catch_up_seconds = 0.0
 
     def prefill(self, tokens: Sequence[int]) -> None:
-        from .engine import _sync_prefix
-
-        _sync_prefix(self.model, tokens)
+        sync_prefix(self.model, tokens)
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         draft = self.model

@@ -1,6 +1,6 @@
 """The speculative decoding loop, as a generator of steps.
 
-Each step drafts k tokens with the draft model, has the target score
+Each step drafts k tokens (with a draft model, or by prompt lookup), has the target score
 [last, x_0 .. x_{k-1}] in one batch (k+1 rows of logits), keeps what the
 exact acceptance rule keeps, rewinds both KV caches to the accepted prefix
 and yields what it emitted. ``draft_max=0`` runs the very same code with
@@ -20,8 +20,9 @@ import numpy as np
 
 from .adaptive import DraftLengthPolicy
 from .compat import check_compatible
-from .errors import SpecLlamaError
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter, RowProcessor, processed
+from .errors import SpecLlamaError
+from .prefix import sync_prefix
 from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_sparse
 
 
@@ -63,27 +64,6 @@ class Step:
     verify_seconds: float
     finish_reason: str | None = None
     target_logits: np.ndarray | None = None
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _sync_prefix(model: Model, seq: Sequence[int]) -> int:
-    """Make the cache hold exactly ``seq``, reusing the longest shared prefix.
-
-    Returns:
-        how many tokens had to be evaluated.
-    """
-    keep = common_prefix_len(model.tokens, seq)
-    model.rewind(keep)
-    if len(seq) > keep:
-        model.eval(seq[keep:], n_logits=0)
-    return len(seq) - keep
 
 
 class SpeculativeEngine:
@@ -135,7 +115,7 @@ class SpeculativeEngine:
         Returns:
             how many prompt tokens the target had to evaluate.
         """
-        n_evaluated = _sync_prefix(self.target, prompt_tokens[:-1])
+        n_evaluated = sync_prefix(self.target, prompt_tokens[:-1])
         if draft and self.drafter is not None:
             self.drafter.prefill(prompt_tokens[:-1])
         return n_evaluated

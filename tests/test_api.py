@@ -130,6 +130,12 @@ def test_stopping_criteria_and_echo(spec):
     assert echoed == PROMPT + full
 
 
+def test_logit_bias(spec):
+    token = spec.tokenize(b" queen", add_bos=False)[0]
+    out = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logit_bias={token: 100.0})
+    assert out["choices"][0]["text"] == " queen queen queen"
+
+
 # -- exactness with processors, penalties and prompt-lookup ----------------
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
