@@ -131,7 +131,7 @@ def test_stopping_criteria_and_echo(spec):
 
 
 def test_logit_bias(spec):
-    token = spec.tokenize(b" queen", add_bos=False)[0]
+    (token,) = spec.tokenize(b"queen", add_bos=False)  # "▁queen": one token
     out = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logit_bias={token: 100.0})
     assert out["choices"][0]["text"] == " queen queen queen"
 
