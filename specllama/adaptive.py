@@ -49,7 +49,6 @@ class DraftLengthPolicy:
     draft_seconds: float | None = None  # one draft step
     verify_seconds: dict[int, float] = field(default_factory=dict)  # rows -> one pass
     passes: int = 0
-    last_k: int = START_K
     # While drafting does not pay, the draft model falls behind (it evaluates
     # nothing) and a probe must first catch up: probe after 16, 32, 64, ...
     probe_gap: int = EXPLORE_EVERY
@@ -118,7 +117,6 @@ class DraftLengthPolicy:
                 # around the choice.
                 self.since_probe = 0
                 best = min(best + 1, cap) if (self.passes // EXPLORE_EVERY) % 2 else best - 1
-        self.last_k = best
         return best
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
