@@ -3,8 +3,9 @@
 from .demo import demo_pair
 from .engine import SpeculativeEngine, Step
 from .errors import SpecLlamaError
-from .generate import Chunk, GenerationResult, GenerationStats, generate, stream_generate
+from .generate import Chunk, GenerationResult, generate, stream_generate
 from .sampling import SamplingParams, sample_from, to_probs, verify
+from .stats import GenerationStats
 
 __all__ = [
     "Chunk",
@@ -28,7 +29,7 @@ __all__ = [
 def __getattr__(name: str):
     # Loading models needs llama_cpp; the math alone does not.
     if name == "open_engine":
-        from .loader import open_engine
+        from .opener import open_engine
 
         return open_engine
     if name == "SpeculativeLlama":

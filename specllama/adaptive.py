@@ -94,8 +94,12 @@ class DraftLengthPolicy:
 
     # -- the choice -------------------------------------------------------
 
-    def choose(self, cap: int) -> int:
-        """The number of tokens to draft in the next pass (0..cap)."""
+    def choose(self, cap: int, *, minimum: int = 0) -> int:
+        """The number of tokens to draft in the next pass (minimum..cap;
+        a cap below the minimum wins)."""
+        return max(self._choose(cap), min(minimum, cap))
+
+    def _choose(self, cap: int) -> int:
         if cap <= 0:
             return 0
         if self.draft_seconds is None or not self.verify_seconds:

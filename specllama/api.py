@@ -4,11 +4,14 @@ An application that calls ``Llama(...).create_completion`` or
 ``create_chat_completion`` changes two lines: the import and the
 constructor. The responses have llama-cpp-python's shapes (``llama_types``),
 plus one extra key, ``"speculative"``, with the drafting statistics.
+
+This module only turns arguments into :func:`~specllama.generate.stream_generate`
+calls (through :mod:`specllama.options`, under llama-cpp-python's rules)
+and its chunks into llama-cpp-python's dicts.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -16,112 +19,159 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .backend import DEFAULT_N_CTX, LlamaModel, is_llama
-from .drafters import PROMPT_LOOKUP
-from .engine import SpeculativeEngine, Step
-from .generate import DEFAULT_DRAFT_MAX, tokenize_prompt
-from .processors import chain, penalties
-from .sampling import SamplingParams
-from .text import TextAssembler
+from .backend import DEFAULT_N_CTX
+from .chat_template import chat_template_for, normalize_messages
+from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
+from .opener import open_engine
+from .options import check_draft, check_rule, check_seed, generation_kwargs
+from .processors import DEFAULT_PENALTY_LAST_N
+from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 
-StoppingCriteria = Callable[[np.ndarray, np.ndarray], bool]
+POLICY = "llama-cpp-python"
 
-
-def _open_model(source, role: str, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool):
-    if is_llama(source):
-        return LlamaModel.from_llama(source)
-    if isinstance(source, (str, os.PathLike)):
-        return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
-    accepted = "a GGUF path or a llama_cpp.Llama" + (" or 'prompt-lookup'" if role == "draft" else "")
-    raise ValueError(f"{role} must be {accepted}, got {source!r}")
+# Options llama-cpp-python takes that would change the output and that
+# speculative decoding here cannot honour: refused unless left neutral.
+NEUTRAL = {"suffix": None, "logprobs": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
+           "grammar": None, "response_format": None, "functions": None, "tools": None,
+           "function_call": None, "tool_choice": None, "top_logprobs": None}
+IGNORED = {"mirostat_tau", "mirostat_eta", "user"}  # no effect with mirostat off / on the output
 
 
-def _bias_processor(logit_bias: dict[int, float] | None):
-    """llama-cpp-python's ``logit_bias`` as a processor (None: no bias)."""
-    if not logit_bias:
-        return None
-    ids = np.fromiter(logit_bias.keys(), dtype=np.int64)
-    values = np.fromiter(logit_bias.values(), dtype=np.float32)
+class _Turns:
+    """One generation at a time. A call waits for another thread's stream;
+    a thread's own abandoned stream (never finished, never closed) is
+    closed by its next call instead of blocking it forever."""
 
-    def bias(input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        scores[ids] += values
-        return scores
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.RLock())
+        self._holder: tuple[int, "_Stream"] | None = None
 
-    return bias
+    def acquire(self, stream: "_Stream") -> None:
+        me = threading.get_ident()
+        with self._cond:
+            while self._holder is not None:
+                thread, other = self._holder
+                if thread == me:
+                    if other.running:
+                        raise RuntimeError("SpeculativeLlama was called again from inside its own generation "
+                                           "(a callback); finish or close the first stream first")
+                    other.close()  # abandoned by this very thread: it can never be resumed concurrently
+                else:
+                    self._cond.wait()
+            self._holder = (me, stream)
+
+    def release(self, stream: "_Stream") -> None:
+        with self._cond:
+            if self._holder is not None and self._holder[1] is stream:
+                self._holder = None
+                self._cond.notify_all()
 
 
-def _as_list(processors) -> list:
-    if processors is None:
-        return []
-    return list(processors) if isinstance(processors, (list, tuple)) else [processors]
+class _Stream:
+    """An iterator that holds the instance's turn from its first item until
+    it is exhausted, closed or garbage-collected."""
 
+    def __init__(self, turns: _Turns, make: Callable[[], Iterator[Any]]) -> None:
+        self._turns, self._make = turns, make
+        self._inner: Iterator[Any] | None = None
+        self._done = False
+        self.running = False
 
-def _check_max_tokens(max_tokens: int | None) -> None:
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"max_tokens must be None (until the model stops) or an integer >= 1, got {max_tokens!r}")
+    def __iter__(self) -> "_Stream":
+        return self
 
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        if self._inner is None:
+            self._turns.acquire(self)
+            self._inner = self._make()
+        self.running = True
+        try:
+            return next(self._inner)
+        except BaseException:
+            self.running = False
+            self.close()
+            raise
+        finally:
+            self.running = False
 
-def _check_messages(messages: Any) -> None:
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise ValueError(f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ValueError(f"messages[{i}] must be a dict with a 'role' string, got {m!r}")
+    def close(self) -> None:
+        self._done = True
+        inner, self._inner = self._inner, None
+        try:
+            if inner is not None and hasattr(inner, "close"):
+                inner.close()  # type: ignore[union-attr]
+        finally:
+            self._turns.release(self)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class SpeculativeLlama:
     """A target model and a draft, behind llama-cpp-python's API.
 
     Args:
-        target: a GGUF path, or an existing ``llama_cpp.Llama``.
-        draft: a GGUF path, a ``llama_cpp.Llama``, or ``"prompt-lookup"``
-            (drafts copied from n-gram matches in the prompt and output).
-        n_gpu_layers: target layers on the GPU (paths only).
+        target: a GGUF path, a curated pair name, or an existing
+            ``llama_cpp.Llama`` (for a sliding-window model such as Gemma 3,
+            made with ``swa_full=True``). None with draft None: the demo pair.
+        draft: a GGUF path, a pair name, a ``llama_cpp.Llama``,
+            ``"prompt-lookup"`` (n-gram drafts from the prompt and output),
+            or None (target only).
+        pair: a curated pair name for whichever of target/draft is None.
+        n_gpu_layers: target layers on the GPU (files only).
         n_gpu_layers_draft: draft layers on the GPU (default: as the target).
-        n_ctx: context size for models opened from paths.
+        n_ctx: context size for models opened from files.
         draft_max: the most tokens drafted per target pass.
+        draft_min: the least the adaptive policy drafts.
         seed: seeds the sampler (None: fresh randomness); a call's ``seed``
             reseeds it.
         verbose: let llama.cpp print its load log.
         n_threads: CPU threads (default: all cores).
         adaptive: choose each pass's draft length from measured costs.
+        rule: "token" or "block" acceptance.
+        chat_format: a named chat format instead of the model's template.
 
-    One instance runs one generation at a time; a second call from another
-    thread waits for the first to finish.
+    One instance runs one generation at a time: a call from a second thread
+    waits for the first; a stream abandoned by a thread is closed by that
+    thread's next call.
     """
 
     def __init__(
         self,
-        target,
-        draft,
+        target: object = None,
+        draft: object = None,
         *,
+        pair: str | None = None,
         n_gpu_layers: int = 0,
         n_gpu_layers_draft: int | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         draft_max: int = DEFAULT_DRAFT_MAX,
+        draft_min: int = 0,
         seed: int | None = None,
         verbose: bool = False,
         n_threads: int | None = None,
         adaptive: bool = True,
+        rule: str = "token",
+        chat_format: str | None = None,
     ) -> None:
-        if not (isinstance(draft, str) and draft == PROMPT_LOOKUP) and not is_llama(draft) \
-                and not isinstance(draft, (str, os.PathLike)):
-            raise ValueError(f"draft must be a GGUF path, a llama_cpp.Llama or {PROMPT_LOOKUP!r}, got {draft!r}")
-        self._target = _open_model(target, "target", n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
-                                   verbose=verbose)
-        if draft == PROMPT_LOOKUP:
-            draft_model = PROMPT_LOOKUP
-        else:
-            ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
-            draft_model = _open_model(draft, "draft", n_ctx=self._target.n_ctx, n_gpu_layers=ngld,
-                                      n_threads=n_threads, verbose=verbose)
-        self.engine = SpeculativeEngine(self._target, draft_model)
+        # the options are checked before anything is loaded
+        check_draft(draft_max, draft_min)
+        check_rule(rule)
+        seed = check_seed(seed, POLICY)
+        self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                                  n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose)
+        self._target = self.engine.target
         self.model_path = self._target.path
         self.draft_max = draft_max
+        self.draft_min = draft_min
         self.adaptive = adaptive
+        self.rule = rule
         self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-        self._formatter = None
+        self._turns = _Turns()
+        self._chat_format = chat_format
+        self._template = None
 
     def close(self) -> None:
         self.engine.close()
@@ -146,33 +196,38 @@ class SpeculativeLlama:
         self,
         tokens: Sequence[int],
         *,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
+        top_k: int = DEFAULT_TOP_K,
+        top_p: float = DEFAULT_TOP_P,
+        min_p: float = DEFAULT_MIN_P,
         temp: float = 0.80,
         repeat_penalty: float = 1.0,
         frequency_penalty: float = 0.0,
         presence_penalty: float = 0.0,
         logits_processor=None,
-        stopping_criteria: StoppingCriteria | None = None,
+        stopping_criteria=None,
         seed: int | None = None,
+        draft_max: int | None = None,
     ) -> Iterator[int]:
         """Yield the token ids that follow ``tokens``, as ``Llama.generate``
-        does; an end-of-generation token is yielded last."""
-        params = SamplingParams(temp, top_k, top_p, min_p)
-        processor = self._processor(logits_processor, repeat_penalty, presence_penalty, frequency_penalty)
-        with self._lock:
-            rng = self._rng if seed is None else np.random.default_rng(seed)
-            seq = list(tokens)
-            for step in self._steps(seq, params, None, rng, processor):
-                for j, tok in enumerate(self._with_eog(step)):
-                    seq.append(tok)
-                    yield tok
-                    if stopping_criteria is not None and step.target_logits is not None and j < len(
-                            step.target_logits) and stopping_criteria(np.asarray(seq, np.intc), step.target_logits[j]):
-                        return
+        does; the end-of-generation token actually sampled is yielded last."""
+        kwargs = self._kwargs(dict(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                   max_tokens=None, repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                                   frequency_penalty=frequency_penalty, logits_processor=logits_processor,
+                                   stopping_criteria=stopping_criteria), {}, draft_max)
+        prompt = tokenize_prompt(self.engine, tokens)
+
+        def run() -> Iterator[int]:
+            for chunk in self._stream(prompt, kwargs):
+                yield from chunk.tokens
+                if chunk.eog_token is not None:
+                    yield chunk.eog_token
+
+        return _Stream(self._turns, run)
 
     # -- completions ------------------------------------------------------
+
+    def __call__(self, prompt: str | Sequence[int], **kwargs: Any):
+        return self.create_completion(prompt, **kwargs)
 
     def create_completion(
         self,
@@ -180,42 +235,42 @@ class SpeculativeLlama:
         *,
         max_tokens: int | None = 16,
         temperature: float = 0.8,
-        top_p: float = 0.95,
-        top_k: int = 40,
-        min_p: float = 0.05,
+        top_p: float = DEFAULT_TOP_P,
+        top_k: int = DEFAULT_TOP_K,
+        min_p: float = DEFAULT_MIN_P,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
         logits_processor=None,
-        stopping_criteria: StoppingCriteria | None = None,
+        stopping_criteria=None,
         echo: bool = False,
         repeat_penalty: float = 1.0,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
+        draft_max: int | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
-        dict, or with ``stream=True`` an iterator of its chunks."""
-        params, processor = self._prepare(unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor,
-                                          repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        usage: dict = {}
-        run = self._completion_run(prompt, params, max_tokens, stops, seed, processor, stopping_criteria, echo, model,
-                                   usage)
-        if stream:
-            return run
-        text, final = "", None
-        for chunk in run:
-            text += chunk["choices"][0]["text"]
-            final = chunk
-        response = {k: final[k] for k in ("id", "object", "created", "model")}
-        response["choices"] = [{"text": text, "index": 0, "logprobs": None,
-                                "finish_reason": final["choices"][0]["finish_reason"]}]
-        response["usage"] = usage
-        response["speculative"] = final["speculative"]
-        return response
+        dict, or with ``stream=True`` an iterator of its chunks.
+
+        ``max_tokens`` None or <= 0 generates until the context is full, as
+        in llama-cpp-python; ``draft_max`` overrides the instance's for this
+        call (0: no drafting)."""
+        kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                   max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
+                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   logit_bias=logit_bias, logits_processor=logits_processor,
+                                   stopping_criteria=stopping_criteria), unsupported, draft_max)
+        prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
+        _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
+        echo_text = ""
+        if echo:  # the prompt as given (a token prompt, as its text)
+            echo_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
+        chunks = _Stream(self._turns, lambda: self._completion_chunks(prompt_tokens, kwargs, model, echo_text,
+                                                                      usage=not stream))
+        return chunks if stream else _collect_completion(chunks)
 
     def create_chat_completion(
         self,
@@ -223,100 +278,69 @@ class SpeculativeLlama:
         *,
         max_tokens: int | None = None,
         temperature: float = 0.2,
-        top_p: float = 0.95,
-        top_k: int = 40,
-        min_p: float = 0.05,
+        top_p: float = DEFAULT_TOP_P,
+        top_k: int = DEFAULT_TOP_K,
+        min_p: float = DEFAULT_MIN_P,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
         logits_processor=None,
-        stopping_criteria: StoppingCriteria | None = None,
+        stopping_criteria=None,
         repeat_penalty: float = 1.0,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
+        draft_max: int | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
-        dict, or with ``stream=True`` an iterator of ``chat.completion.chunk``."""
-        _check_messages(messages)
-        formatter = self._chat_formatter()
-        rendered = formatter(list(messages))
+        dict, or with ``stream=True`` an iterator of ``chat.completion.chunk``.
+
+        Messages are checked: roles system/developer/user/assistant, content
+        a string or a list of text parts; no message is ever dropped."""
+        rendered = self.chat_template().render(normalize_messages(messages))
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
-        stops = ([stop] if isinstance(stop, str) else list(stop or [])) + rendered.stop
-        params, processor = self._prepare(unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor,
-                                          repeat_penalty, presence_penalty, frequency_penalty, logit_bias)
-        usage: dict = {}
-        completion = self._completion_run(tokens, params, max_tokens, stops, seed, processor, stopping_criteria,
-                                          False, model, usage)
-        chunks = _chat_chunks(completion)
-        if stream:
-            return chunks
-        content, final = "", None
-        for chunk in chunks:
-            content += chunk["choices"][0]["delta"].get("content", "")
-            final = chunk
-        return {
-            "id": final["id"],
-            "object": "chat.completion",
-            "created": final["created"],
-            "model": final["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
-                         "finish_reason": final["choices"][0]["finish_reason"]}],
-            "usage": usage,
-            "speculative": final["speculative"],
-        }
+        kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                   max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
+                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   logit_bias=logit_bias, logits_processor=logits_processor,
+                                   stopping_criteria=stopping_criteria), unsupported, draft_max)
+        kwargs["stop"] = tuple(kwargs["stop"]) + tuple(rendered.stop)
+        prompt_tokens = tokenize_prompt(self.engine, tokens)
+        _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
+        chunks = _Stream(self._turns, lambda: _chat_chunks(self._completion_chunks(prompt_tokens, kwargs, model, "",
+                                                                                   usage=not stream)))
+        return chunks if stream else _collect_chat(chunks)
+
+    def chat_template(self):
+        """The chat template in use (the model's own, or a named format)."""
+        if self._template is None:
+            t = self._target
+            self._template = chat_template_for(t.metadata, bos_token=t.bos_text, eos_token=t.eos_text,
+                                               chat_format=self._chat_format)
+        return self._template
 
     # -- internals --------------------------------------------------------
 
-    def _prepare(self, unsupported, max_tokens, temperature, top_k, top_p, min_p, logits_processor, repeat_penalty,
-                 presence_penalty, frequency_penalty, logit_bias):
-        """Check a call's options; return its sampling params and processor."""
-        self._refuse(unsupported)
-        _check_max_tokens(max_tokens)
-        params = SamplingParams(temperature, top_k, top_p, min_p)
-        return params, self._processor(logits_processor, repeat_penalty, presence_penalty, frequency_penalty,
-                                       logit_bias)
+    def _kwargs(self, call: dict, unsupported: dict, draft_max: int | None) -> dict:
+        """A call's options, checked under llama-cpp-python's rules, as
+        stream_generate's keyword arguments."""
+        _refuse(unsupported)
+        return generation_kwargs(policy=POLICY, n_vocab=self._target.n_vocab, n_ctx=self._target.n_ctx,
+                                 repeat_last_n=DEFAULT_PENALTY_LAST_N,
+                                 draft_max=self.draft_max if draft_max is None else draft_max,
+                                 draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
 
-    @staticmethod
-    def _refuse(unsupported: dict) -> None:
-        neutral = {"suffix": None, "logprobs": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
-                   "grammar": None, "response_format": None, "functions": None, "tools": None,
-                   "function_call": None, "tool_choice": None, "top_logprobs": None}
-        for name, value in unsupported.items():
-            if name not in neutral:
-                raise TypeError(f"unexpected keyword argument {name!r}")
-            if value != neutral[name]:
-                raise ValueError(f"{name}={value!r} is not supported by speculative decoding here "
-                                 f"(leave it at {neutral[name]!r})")
+    def _stream(self, prompt_tokens: list[int], kwargs: dict) -> Iterator[Chunk]:
+        rng = self._rng if kwargs["params"].seed is None else np.random.default_rng(kwargs["params"].seed)
+        return stream_generate(self.engine, prompt_tokens, rng=rng, invalid_utf8="ignore", **kwargs)
 
-    def _processor(self, logits_processor, repeat_penalty, presence_penalty, frequency_penalty, logit_bias=None):
-        return chain(_as_list(logits_processor) + [_bias_processor(logit_bias), penalties(
-            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty)])
-
-    def _chat_formatter(self):
-        if self._formatter is None:
-            from .chat import make_formatter
-
-            self._formatter, _ = make_formatter(self._target, None)
-        return self._formatter
-
-    def _steps(self, seq, params, max_tokens, rng, processor) -> Iterator[Step]:
-        return self.engine.steps(seq, params=params, draft_max=self.draft_max if self.engine.drafter else 0,
-                                 max_tokens=max_tokens, rng=rng, adaptive=self.adaptive, processor=processor)
-
-    def _with_eog(self, step: Step) -> list[int]:
-        """The step's tokens; for a "stop" finish the EOG token is not among
-        them, and Llama.generate yields it, so add the model's EOS."""
-        return step.tokens + ([self._target.eos] if step.finish_reason == "stop" else [])
-
-    def _completion_run(self, prompt, params, max_tokens, stops, seed, processor, stopping_criteria, echo,
-                        model, usage: dict) -> Iterator[dict]:
-        """The one generation loop behind both completion calls: yields
-        text_completion chunks (the last with the "speculative" statistics)
-        and fills ``usage`` when done."""
-        prompt_tokens = tokenize_prompt(self.engine, prompt)  # checked before the lock: errors come at once
+    def _completion_chunks(self, prompt_tokens: list[int], kwargs: dict, model: str | None,
+                           echo_text: str, *, usage: bool) -> Iterator[dict]:
+        """text_completion chunks; the last one carries the ``"speculative"``
+        statistics and, if ``usage``, the token counts (llama-cpp-python's
+        streams have none)."""
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
         name = model or self.model_path
@@ -325,55 +349,58 @@ class SpeculativeLlama:
             return {"id": cmpl_id, "object": "text_completion", "created": created, "model": name,
                     "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
 
-        def run() -> Iterator[dict]:
-            with self._lock:
-                rng = self._rng if seed is None else np.random.default_rng(seed)
-                text = TextAssembler(stops, errors="ignore")
-                seq = list(prompt_tokens)
-                n_drafted = n_accepted = n_passes = 0
-                finish = None
-                if echo:  # the prompt as given (a token prompt, as its text)
-                    yield chunk(prompt if isinstance(prompt, str) else
-                                self.detokenize(prompt_tokens).decode("utf-8", errors="ignore"), None)
-                for step in self._steps(seq, params, max_tokens, rng, processor):
-                    n_drafted += step.n_drafted
-                    n_accepted += step.n_accepted
-                    n_passes += 1
-                    delta = ""
-                    for j, tok in enumerate(step.tokens):
-                        seq.append(tok)
-                        delta += text.push(self._target.token_bytes(tok))
-                        if text.stopped:
-                            finish = "stop"
-                            break
-                        if stopping_criteria is not None and stopping_criteria(
-                                np.asarray(seq, dtype=np.intc), step.target_logits[j]):
-                            finish = "stop"
-                            break
-                    finish = finish or step.finish_reason
-                    if finish is not None:
-                        delta += text.flush()
-                    if delta:
-                        yield chunk(delta, None)
-                    if finish is not None:
-                        break
-                last = chunk("", finish or "length")
-                n_completion = len(seq) - len(prompt_tokens)
-                usage.update(prompt_tokens=len(prompt_tokens), completion_tokens=n_completion, total_tokens=len(seq))
-                last["speculative"] = {
-                    "n_drafted": n_drafted,
-                    "n_accepted": n_accepted,
-                    "acceptance_rate": n_accepted / n_drafted if n_drafted else 0.0,
-                    "tokens_per_pass": n_completion / n_passes if n_passes else 0.0,
-                }
-                yield last
+        if echo_text:
+            yield chunk(echo_text, None)
+        last = None
+        for last in self._stream(prompt_tokens, kwargs):
+            if last.text:
+                yield chunk(last.text, None)
+        assert last is not None and last.finish_reason is not None
+        final = chunk("", last.finish_reason)
+        stats = last.stats
+        if usage:
+            final["usage"] = {"prompt_tokens": stats.n_prompt_tokens, "completion_tokens": stats.n_tokens,
+                              "total_tokens": stats.n_prompt_tokens + stats.n_tokens}
+        final["speculative"] = stats.speculative()
+        yield final
 
-        return run()
+
+def _fill_context(kwargs: dict, prompt_tokens: list[int], n_ctx: int) -> None:
+    """llama-cpp-python's "until the context is full" (max_tokens None or
+    <= 0) is n_ctx minus the prompt, exactly."""
+    if kwargs["max_tokens"] is None:
+        kwargs["max_tokens"] = max(n_ctx - len(prompt_tokens), 1)
+
+
+def _refuse(unsupported: dict) -> None:
+    for name, value in unsupported.items():
+        if name in IGNORED:
+            continue
+        if name not in NEUTRAL:
+            raise TypeError(f"unexpected keyword argument {name!r}")
+        if value != NEUTRAL[name]:
+            raise ValueError(f"{name}={value!r} is not supported by speculative decoding here "
+                             f"(leave it at {NEUTRAL[name]!r})")
+
+
+def _collect_completion(chunks: Iterator[dict]) -> dict:
+    text, final = "", None
+    for final in chunks:
+        text += final["choices"][0]["text"]
+    assert final is not None
+    response = {k: final[k] for k in ("id", "object", "created", "model")}
+    response["choices"] = [{"text": text, "index": 0, "logprobs": None,
+                            "finish_reason": final["choices"][0]["finish_reason"]}]
+    response["usage"] = final["usage"]
+    response["speculative"] = final["speculative"]
+    return response
+
 
 
 def _chat_chunks(completion: Iterator[dict]) -> Iterator[dict]:
     """text_completion chunks as chat.completion.chunk ones (a role delta
-    first, then content deltas, then an empty delta with the finish reason)."""
+    first, then content deltas, then an empty delta with the finish reason,
+    which carries ``usage`` and ``"speculative"``)."""
     first = True
     for c in completion:
         base = {"id": "chat" + c["id"], "model": c["model"], "created": c["created"],
@@ -385,7 +412,25 @@ def _chat_chunks(completion: Iterator[dict]) -> Iterator[dict]:
         finish = c["choices"][0]["finish_reason"]
         delta = {"content": c["choices"][0]["text"]} if c["choices"][0]["text"] else {}
         out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
-        if "speculative" in c:
-            out["speculative"] = c["speculative"]
+        for key in ("usage", "speculative"):
+            if key in c:
+                out[key] = c[key]
         if delta or finish is not None:
             yield out
+
+
+def _collect_chat(chunks: Iterator[dict]) -> dict:
+    content, final = "", None
+    for final in chunks:
+        content += final["choices"][0]["delta"].get("content", "")
+    assert final is not None
+    return {
+        "id": final["id"],
+        "object": "chat.completion",
+        "created": final["created"],
+        "model": final["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
+                     "finish_reason": final["choices"][0]["finish_reason"]}],
+        "usage": final["usage"],
+        "speculative": final["speculative"],
+    }

@@ -20,7 +20,7 @@ import json
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,7 +28,9 @@ import numpy as np
 
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
+from .generate import stream_generate
 from .sampling import SamplingParams
+from .stats import GenerationStats
 
 _REPETITIVE = (
     "The meeting opened at nine. The committee reviewed the budget. The committee approved the budget. "
@@ -81,24 +83,39 @@ def builtin_prompts(names: Sequence[str] | None = None) -> list[tuple[str, str]]
 
 
 def load_prompts(path: str) -> list[tuple[str, str]]:
-    """Prompts from a file: one per line, or JSON Lines with a "prompt" key
-    (and an optional "name")."""
+    """Prompts from a UTF-8 file: one per line, or JSON Lines with a
+    non-empty "prompt" string (and an optional "name")."""
     p = Path(path)
+    if p.is_dir():
+        raise SpecLlamaError(f"prompts file {path!r} is a directory (give a file: text lines or JSONL)")
     if not p.is_file():
         raise SpecLlamaError(f"prompts file not found: {path!r} (text lines or JSONL with a \"prompt\" key)")
-    lines = [line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not lines:
-        raise SpecLlamaError(f"prompts file {path!r} is empty: give one prompt per line, or JSONL")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecLlamaError(f"prompts file {path!r} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                             f"{e.start})") from None
+    except OSError as e:
+        raise SpecLlamaError(f"cannot read prompts file {path!r}: {e.strerror}") from None
     prompts = []
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         if line.lstrip().startswith("{"):
             try:
                 obj = json.loads(line)
-                prompts.append((str(obj.get("name", f"line {i}")), str(obj["prompt"])))
-            except (json.JSONDecodeError, KeyError, AttributeError):
-                raise SpecLlamaError(f"{path!r} line {i}: a JSON line needs a \"prompt\" key") from None
+            except json.JSONDecodeError as e:
+                raise SpecLlamaError(f"{path!r} line {i} is not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict) or "prompt" not in obj:
+                raise SpecLlamaError(f"{path!r} line {i}: a JSON line needs a \"prompt\" key")
+            prompt = obj["prompt"]
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise SpecLlamaError(f"{path!r} line {i}: \"prompt\" must be a non-empty string, got {prompt!r}")
+            prompts.append((str(obj.get("name", f"line {i}")), prompt))
         else:
             prompts.append((f"line {i}", line))
+    if not prompts:
+        raise SpecLlamaError(f"prompts file {path!r} is empty: give one prompt per line, or JSONL")
     return prompts
 
 
@@ -109,28 +126,6 @@ def predicted_speedup(acceptance: float, k: float, t_target: float, t_draft: flo
         return 1.0
     expected = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
     return expected * t_target / (k * t_draft + t_verify)
-
-
-@dataclass
-class Tally:
-    """Sums over the runs of one configuration."""
-
-    n_tokens: int = 0
-    seconds: float = 0.0
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_passes: int = 0
-    draft_decode: float = 0.0
-    target_decode: float = 0.0
-    accepted_at: list[int] = field(default_factory=list)
-    tried_at: list[int] = field(default_factory=list)
-
-    def position(self, i: int, accepted: bool) -> None:
-        while len(self.tried_at) <= i:
-            self.tried_at.append(0)
-            self.accepted_at.append(0)
-        self.tried_at[i] += 1
-        self.accepted_at[i] += accepted
 
 
 @dataclass
@@ -193,46 +188,31 @@ class BenchResult:
         }
 
 
-def _decode_seconds(model) -> float:
-    return getattr(model, "decode_seconds", 0.0) if model is not None else 0.0
-
-
 AUTO = "auto"  # the adaptive configuration, capped at the largest swept k
 
 
 def _run_once(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, k: int,
-              n_tokens: int, seed: int, tally: Tally, adaptive: bool = False) -> float:
-    """One generation; adds to ``tally`` and returns its tokens per second."""
-    engine.prefill(prompt_tokens, draft=k > 0)  # not timed: both modes start from a cached prompt
-    d0, t0 = _decode_seconds(engine.draft), _decode_seconds(engine.target)
-    n0 = tally.n_tokens
-    start = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    for step in engine.steps(prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens, rng=rng,
-                             adaptive=adaptive):
-        tally.n_tokens += len(step.tokens)
-        tally.n_drafted += step.n_drafted
-        tally.n_accepted += step.n_accepted
-        tally.n_passes += 1
-        for i in range(min(step.n_accepted + 1, step.n_drafted)):
-            tally.position(i, i < step.n_accepted)
-    seconds = time.perf_counter() - start
-    tally.seconds += seconds
-    tally.draft_decode += _decode_seconds(engine.draft) - d0
-    tally.target_decode += _decode_seconds(engine.target) - t0
-    return (tally.n_tokens - n0) / seconds if seconds > 0 else 0.0
+              n_tokens: int, seed: int, adaptive: bool = False) -> GenerationStats:
+    """One generation through the one generation path; its statistics."""
+    engine.prefill(prompt_tokens, draft=k > 0)  # both modes start from a cached prompt
+    chunk = None
+    for chunk in stream_generate(engine, prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens,
+                                 rng=np.random.default_rng(seed), adaptive=adaptive):
+        pass
+    assert chunk is not None
+    return chunk.stats
 
 
-def _row(temperature: float, k: int, base: Tally, spec: Tally, adaptive: bool = False) -> BenchRow:
-    target_tps = base.n_tokens / base.seconds if base.seconds else 0.0
-    spec_tps = spec.n_tokens / spec.seconds if spec.seconds else 0.0
-    acceptance = spec.n_accepted / spec.n_drafted if spec.n_drafted else 0.0
-    t_target = base.target_decode / base.n_passes if base.n_passes else 0.0
-    t_draft = spec.draft_decode / spec.n_drafted if spec.n_drafted else 0.0
-    t_verify = spec.target_decode / spec.n_passes if spec.n_passes else 0.0
-    overhead = (spec.seconds - spec.draft_decode - spec.target_decode) / spec.n_passes if spec.n_passes else 0.0
+def _row(temperature: float, k: int, base: GenerationStats, spec: GenerationStats, adaptive: bool = False) -> BenchRow:
+    target_tps = base.tokens_per_second
+    spec_tps = spec.tokens_per_second
+    acceptance = spec.acceptance_rate
+    t_target = base.target_decode_seconds / base.n_target_passes if base.n_target_passes else 0.0
+    t_draft = spec.draft_decode_seconds / spec.n_drafted if spec.n_drafted else 0.0
+    t_verify = spec.target_decode_seconds / spec.n_target_passes if spec.n_target_passes else 0.0
+    overhead = spec.python_seconds / spec.n_target_passes if spec.n_target_passes else 0.0
     speedup = spec_tps / target_tps if target_tps else 0.0
-    mean_k = spec.n_drafted / spec.n_passes if spec.n_passes else 0.0
+    mean_k = spec.mean_draft_length
     predicted = predicted_speedup(acceptance, mean_k if adaptive else k, t_target, t_draft, t_verify)
     return BenchRow(
         temperature=temperature,
@@ -242,15 +222,15 @@ def _row(temperature: float, k: int, base: Tally, spec: Tally, adaptive: bool = 
         spec_tps=spec_tps,
         speedup=speedup,
         acceptance_rate=acceptance,
-        tokens_per_pass=spec.n_tokens / spec.n_passes if spec.n_passes else 0.0,
+        tokens_per_pass=spec.tokens_per_pass,
         draft_ms_per_token=1000 * t_draft,
         verify_ms_per_pass=1000 * t_verify,
         target_ms_per_token=1000 * t_target,
         overhead_ms=1000 * overhead,
-        overhead_fraction=overhead * spec.n_passes / spec.seconds if spec.seconds else 0.0,
+        overhead_fraction=spec.python_seconds / spec.seconds if spec.seconds else 0.0,
         predicted_speedup=predicted,
         efficiency=speedup / predicted if predicted else 0.0,
-        acceptance_by_position=[a / t if t else 0.0 for a, t in zip(spec.accepted_at, spec.tried_at)],
+        acceptance_by_position=spec.acceptance_by_position,
         mean_draft_length=mean_k,
     )
 
@@ -297,21 +277,22 @@ def run_bench(
     # warm-up: the first decodes of a process are slower (allocation, caches)
     warm = encoded[0]
     for k in (0, cap):
-        _run_once(engine, warm, SamplingParams(temperature=0), k, 8, seed, Tally())
+        _run_once(engine, warm, SamplingParams(temperature=0), k, 8, seed)
 
     rows = []
     for temperature in temperatures:
-        params = SamplingParams(temperature, base_params.top_k, base_params.top_p, base_params.min_p)
-        tallies = {c: Tally() for c in configs}
+        params = SamplingParams(temperature=temperature, top_k=base_params.top_k, top_p=base_params.top_p,
+                                min_p=base_params.min_p)
+        tallies = {c: GenerationStats() for c in configs}
         per_prompt: dict[tuple, list[float]] = {}
         for r in range(repeat):
             for j, toks in enumerate(encoded):
                 order = configs if (r + j) % 2 == 0 else configs[::-1]
                 for c in order:
                     k = cap if c == AUTO else c
-                    tps = _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, tallies[c],
-                                    adaptive=c == AUTO)
-                    per_prompt.setdefault((c, j), []).append(tps)
+                    run = _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, adaptive=c == AUTO)
+                    tallies[c] = tallies[c] + run
+                    per_prompt.setdefault((c, j), []).append(run.tokens_per_second)
                     on_run()
         rows += [_row(temperature, k, tallies[0], tallies[k]) for k in draft_maxes]
         auto = _row(temperature, cap, tallies[0], tallies[AUTO], adaptive=True)

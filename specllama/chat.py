@@ -1,91 +1,37 @@
-"""A conversation over the engine: chat templates, history, context budget.
+"""A conversation over the engine: history, context budget, one reply at a time.
 
-The prompt comes from the target GGUF's own chat template (its
-``tokenizer.chat_template``, rendered by llama-cpp-python's Jinja formatter),
-or from one of llama-cpp-python's named formats. Each turn re-uses what both
-KV caches already hold: the history is kept as the tokens that were actually
-evaluated, and only the new text is tokenized and evaluated.
+The prompt comes from :mod:`specllama.chat_template` (the target GGUF's own
+template, or a named format). Each turn re-uses what both KV caches already
+hold: the history is kept as the tokens that were actually evaluated, and
+only the new text is tokenized and evaluated.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
+from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
-from .generate import Chunk, GenerationStats, stream_generate
+from .generate import Chunk, stream_generate
+from .processors import Processor
 from .sampling import SamplingParams
+from .stats import GenerationStats
 
-FALLBACK_CHAT_FORMAT = "chatml"
-# For GGUF files without a template: the format their family uses.
-FORMAT_BY_ARCHITECTURE = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "qwen2": "chatml", "qwen3": "chatml"}
 DEFAULT_REPLY_RESERVE = 512
 
 
-@dataclass
-class Rendered:
-    text: str
-    stop: list[str]
-    has_bos: bool  # the text already starts with the BOS token
+def template_for(model, chat_format: str | None = None) -> ChatTemplate:
+    """The chat template of a loaded target (a backend.LlamaModel)."""
+    from .chat_template import chat_template_for
 
-
-Formatter = Callable[[list[dict]], Rendered]
-
-
-def named_chat_formats() -> dict[str, Callable]:
-    """llama-cpp-python's registered chat formats, by name."""
-    from llama_cpp import llama_chat_format as lcf
-
-    source = inspect.getsource(lcf)
-    pairs = re.findall(r'@register_chat_format\("([^"]+)"\)\s*\ndef (\w+)\(', source)
-    return {name: getattr(lcf, fn) for name, fn in pairs if hasattr(lcf, fn)}
-
-
-def make_formatter(model, chat_format: str | None = None) -> tuple[Formatter, str]:
-    """The chat formatter for ``model`` (a backend.LlamaModel).
-
-    Args:
-        model: the target model, whose GGUF metadata may hold a template.
-        chat_format: a llama-cpp-python format name, overriding the template.
-
-    Returns:
-        the formatter and a short description of where it came from.
-    """
-    from llama_cpp import llama_chat_format as lcf
-
-    if chat_format is None:
-        template = model.llama.metadata.get("tokenizer.chat_template")
-        if template:
-            bos = model.detokenize_special(model.bos)
-            eos = model.detokenize_special(model.eos)
-            jinja = lcf.Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-
-            def from_template(messages: list[dict]) -> Rendered:
-                r = jinja(messages=messages)
-                stop = [r.stop] if isinstance(r.stop, str) else list(r.stop or [])
-                return Rendered(r.prompt, [s for s in stop if s], r.prompt.startswith(bos) if bos else False)
-
-            return from_template, "the model's chat template"
-    formats = named_chat_formats()
-    arch = model.llama.metadata.get("general.architecture", "")
-    name = chat_format or FORMAT_BY_ARCHITECTURE.get(arch, FALLBACK_CHAT_FORMAT)
-    if name not in formats:
-        raise SpecLlamaError(
-            f"unknown chat format {name!r}; known: {', '.join(sorted(formats))}"
-        )
-    fn = formats[name]
-
-    def from_named(messages: list[dict]) -> Rendered:
-        r = fn(messages=messages)
-        stop = [r.stop] if isinstance(r.stop, str) else list(r.stop or [])
-        return Rendered(r.prompt, [s for s in stop if s], False)
-
-    origin = f"chat format {name!r}" if chat_format else f"no chat template in the model; using {name!r} (--chat-format to change)"
-    return from_named, origin
+    try:
+        return chat_template_for(model.metadata, bos_token=model.bos_text, eos_token=model.eos_text,
+                                 chat_format=chat_format)
+    except ValueError as e:
+        raise SpecLlamaError(str(e)) from None
 
 
 @dataclass
@@ -109,22 +55,27 @@ class ChatSession:
 
     Args:
         engine: the target/draft pair.
-        formatter: from :func:`make_formatter`.
+        template: from :func:`template_for`.
         system_prompt: the first message, never dropped (None: none).
-        params, draft_max, max_tokens: as for ``stream_generate``.
+        params, draft_max, max_tokens, adaptive, processor, draft_min, rule:
+            as for ``stream_generate``.
         reply_reserve: context tokens kept free for the reply.
     """
 
     engine: object
-    formatter: Formatter
+    template: ChatTemplate
     system_prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     draft_max: int = 4
     max_tokens: int | None = None
     reply_reserve: int = DEFAULT_REPLY_RESERVE
     adaptive: bool = True
+    processor: Processor | None = None
+    draft_min: int = 0
+    rule: str = "token"
     messages: list[dict] = field(default_factory=list)
     last_stats: GenerationStats | None = None
+    last_finish: str | None = None
     total_stats: GenerationStats = field(default_factory=GenerationStats)
     n_turns: int = 0
 
@@ -162,14 +113,15 @@ class ChatSession:
             reserve = min(reserve, self.max_tokens)
         dropped = 0
         while True:
-            rendered = self.formatter(self.messages)
+            rendered = self.template.render(self.messages)
             tokens = self._tokens_for(rendered)
             if len(tokens) + reserve <= n_ctx:
                 return rendered, tokens, dropped
             first = next((i for i, m in enumerate(self.messages) if m["role"] != "system"), None)
             if first is None or first == len(self.messages) - 1:
+                with_system = " with the system prompt" if self.system_prompt else ""
                 raise SpecLlamaError(
-                    f"this message needs {len(tokens)} tokens with the system prompt, and the context "
+                    f"this message needs {len(tokens)} tokens{with_system}, and the context "
                     f"(-c/--ctx-size {n_ctx}) keeps {reserve} free for the reply: shorten it or raise -c"
                 )
             # drop the oldest exchange: a user message and the reply to it
@@ -196,6 +148,7 @@ class ChatSession:
         pieces: list[str] = []
         reply_tokens: list[int] = []
         stats = None
+        self.last_finish = None
         try:
             for chunk in stream_generate(
                 self.engine,
@@ -206,10 +159,14 @@ class ChatSession:
                 stop=rendered.stop,
                 rng=self.rng,
                 adaptive=self.adaptive,
+                processor=self.processor,
+                draft_min=self.draft_min,
+                rule=self.rule,
             ):
                 pieces.append(chunk.text)
                 reply_tokens.extend(chunk.tokens)
                 stats = chunk.stats
+                self.last_finish = chunk.finish_reason
                 yield chunk
         finally:
             reply = "".join(pieces)

@@ -15,8 +15,10 @@ import click
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS, stream_generate
-from .loader import open_engine
-from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+from .opener import open_engine
+from .options import RULES, generation_kwargs, sampling_params
+from .processors import DEFAULT_PENALTY_LAST_N
+from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
 
 def _n_predict(ctx: click.Context, param: click.Parameter, value: int) -> int | None:
@@ -55,7 +57,7 @@ def filter_options(f):
     return _apply(f, [
         click.option("--top-k", type=click.IntRange(min=0), default=DEFAULT_TOP_K, show_default=True,
                      help="Top-k filter (0: off)."),
-        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=DEFAULT_TOP_P,
+        click.option("--top-p", type=click.FloatRange(0, 1), default=DEFAULT_TOP_P,
                      show_default=True, help="Top-p filter (1: off)."),
         click.option("--min-p", type=click.FloatRange(0, 1), default=DEFAULT_MIN_P, show_default=True,
                      help="Min-p filter (0: off)."),
@@ -64,13 +66,30 @@ def filter_options(f):
     ])
 
 
+def penalty_options(f):
+    """llama.cpp's repetition penalties."""
+    return _apply(f, [
+        click.option("--repeat-penalty", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+                     help="Penalise repeats of the last --repeat-last-n tokens (1: off)."),
+        click.option("--repeat-last-n", type=click.IntRange(min=-1), default=DEFAULT_PENALTY_LAST_N,
+                     show_default=True, help="Tokens the penalties look back on (0: off, -1: the whole context)."),
+        click.option("--presence-penalty", type=float, default=0.0, show_default=True,
+                     help="Lower a seen token's logit once (0: off)."),
+        click.option("--frequency-penalty", type=float, default=0.0, show_default=True,
+                     help="Lower a seen token's logit per occurrence (0: off)."),
+    ])
+
+
 def model_options(f):
     """The model and sampling flags generate and chat share."""
     f = filter_options(f)
+    f = penalty_options(f)
     f = _apply(f, [
         click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
                      default=DEFAULT_DRAFT_MAX, show_default=True,
                      help="Most tokens drafted per target pass (0: no draft). The length adapts below it."),
+        click.option("--draft-min", "--spec-draft-n-min", "draft_min", type=click.IntRange(min=0), default=0,
+                     show_default=True, help="Least tokens the adaptive length drafts per target pass."),
         click.option("--draft-fixed", is_flag=True,
                      help="Always draft --draft-max tokens (no adaptive length; replays a --seed exactly)."),
         click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
@@ -79,11 +98,20 @@ def model_options(f):
     return load_options(f)
 
 
-def _params(temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> SamplingParams:
-    try:
-        return SamplingParams(temperature, top_k, top_p, min_p, None if seed < 0 else seed)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
+def _kwargs(engine, o: dict, max_tokens: int | None, stop=()) -> dict:
+    """The flags as stream_generate's keyword arguments, checked."""
+    return generation_kwargs(
+        policy="cli", n_vocab=engine.target.n_vocab, n_ctx=engine.target.n_ctx, temperature=o["temperature"],
+        top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"], seed=o["seed"], max_tokens=max_tokens, stop=list(stop),
+        repeat_penalty=o["repeat_penalty"], repeat_last_n=o["repeat_last_n"], presence_penalty=o["presence_penalty"],
+        frequency_penalty=o["frequency_penalty"], draft_max=o["draft_max"], draft_min=o["draft_min"],
+        adaptive=not o["draft_fixed"])
+
+
+def _check_sampling(o: dict) -> None:
+    """Sampling flags checked before any model is loaded."""
+    sampling_params(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
+                    seed=o["seed"])
 
 
 def boundary(f):
@@ -131,16 +159,16 @@ def main() -> None:
 @click.option("--stop", "-r", "--reverse-prompt", "stop", multiple=True, help="Stop at this text (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming.")
 @boundary
-def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
-             draft_fixed, temperature, top_k, top_p, min_p, seed, prompt, n_predict, stop, as_json) -> None:
+def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, prompt, n_predict,
+             stop, as_json, **o) -> None:
     """Generate text after a prompt; stats go to stderr."""
-    params = _params(temperature, top_k, top_p, min_p, seed)
-    with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
-                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+    _check_sampling(o)
+    with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
+                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+        kwargs = _kwargs(engine, o, n_predict, stop)
         pieces, tokens, finish, stats = [], [], "interrupted", None
         try:
-            for chunk in stream_generate(engine, prompt, params=params, draft_max=draft_max,
-                                         max_tokens=n_predict, stop=stop, adaptive=not draft_fixed):
+            for chunk in stream_generate(engine, prompt, **kwargs):
                 pieces.append(chunk.text)
                 tokens.extend(chunk.tokens)
                 stats = chunk.stats
@@ -167,25 +195,33 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
 @model_options
 @click.option("-sys", "--system-prompt", "system_prompt", default=None, help="System prompt.")
 @click.option("--chat-format", default=None,
-              help="A llama-cpp-python chat format name (default: the model's own template).")
+              help="A named chat format (chatml, gemma, llama-3, ...) instead of the model's own template.")
 @click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
               callback=_n_predict, help="Most tokens per reply (-1: until the model stops or the context is full).")
 @boundary
-def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, draft_max,
-         draft_fixed, temperature, top_k, top_p, min_p, seed, system_prompt, chat_format, n_predict) -> None:
+def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, system_prompt, chat_format,
+         n_predict, **o) -> None:
     """Chat with the model; the conversation stays in both KV caches."""
     from . import repl
-    from .chat import ChatSession, make_formatter
+    from .chat import ChatSession, template_for
+    from .chat_template import check_chat_format
 
-    params = _params(temperature, top_k, top_p, min_p, seed)
-    with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
-                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
-        formatter, origin = make_formatter(engine.target, chat_format)
-        session = ChatSession(engine, formatter, system_prompt, params=params, draft_max=draft_max,
-                              max_tokens=n_predict, adaptive=not draft_fixed)
+    _check_sampling(o)
+    try:
+        check_chat_format(chat_format)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
+                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+        kwargs = _kwargs(engine, o, n_predict)
+        template = template_for(engine.target, chat_format)
+        session = ChatSession(engine, template, system_prompt, params=kwargs["params"], draft_max=kwargs["draft_max"],
+                              max_tokens=kwargs["max_tokens"], adaptive=kwargs["adaptive"],
+                              processor=kwargs["processor"], draft_min=kwargs["draft_min"], rule=kwargs["rule"])
         draft = ("no draft" if engine.drafter is None else
-                 f"draft {engine.draft.path if engine.draft else 'prompt-lookup'} (--draft-max {draft_max})")
-        repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {origin}. /help for commands.")
+                 f"draft {engine.draft.path if engine.draft else 'prompt-lookup'} (--draft-max {o['draft_max']})")
+        repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {template.origin}. "
+                                 "/help for commands.")
 
 
 def _number_list(kind: type, name: str, minimum: float):
@@ -245,7 +281,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     draft_maxes = draft_maxes or list(b.QUICK_DRAFT_MAXES if quick else b.DEFAULT_DRAFT_MAXES)
     temperatures = temperatures or list(b.DEFAULT_TEMPERATURES)
     n_tokens = n_predict or (b.QUICK_TOKENS if quick else b.DEFAULT_BENCH_TOKENS)
-    base = _params(0.0, top_k, top_p, min_p, seed)
+    base = sampling_params(temperature=0.0, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
         total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat)
@@ -269,7 +305,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
 @main.command()
 def models() -> None:
     """List the curated draft/target pairs and which files are downloaded."""
-    from .models import cached_path, curated_pairs
+    from .pairs import cached_path, curated_pairs
 
     for pair in curated_pairs().values():
         click.echo(pair.name)
@@ -285,7 +321,7 @@ def models() -> None:
 @boundary
 def pull(name) -> None:
     """Download both files of a curated pair into the Hugging Face cache."""
-    from .models import pull as pull_pair
+    from .pairs import pull as pull_pair
 
     target, draft = pull_pair(name, on_file=lambda f: click.echo(f"{f.role}: {f.repo}/{f.filename} ({f.size})",
                                                                   err=True))

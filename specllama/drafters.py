@@ -8,15 +8,13 @@ The engine verifies whatever it proposes with the same exact rule.
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from .prefix import sync_prefix
+from .processors import Processor, processed
 from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs
-
-#: (input_ids, scores) -> scores: llama-cpp-python's logits processor shape
-RowProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 PROMPT_LOOKUP = "prompt-lookup"
 LOOKUP_MAX_NGRAM = 3
@@ -27,18 +25,11 @@ class Drafter(Protocol):
     n_ctx: int
 
     def propose(self, seq: list[int], k: int, params: SamplingParams, rng: np.random.Generator | UniformSource,
-                processor: RowProcessor | None, n_vocab: int) -> tuple[list[int], list[SparseProbs]]: ...
+                processor: Processor | None, n_vocab: int) -> tuple[list[int], list[SparseProbs]]: ...
 
     def keep(self, n_keep: int) -> None: ...
 
     def prefill(self, tokens: Sequence[int]) -> None: ...
-
-
-def processed(row: np.ndarray, prefix: Sequence[int], processor: RowProcessor | None) -> np.ndarray:
-    """A logits row after the processor, given the tokens before it."""
-    if processor is None:
-        return row
-    return processor(np.asarray(prefix, dtype=np.intc), np.array(row, dtype=np.float32))
 
 
 class ModelDrafter:
@@ -53,7 +44,8 @@ class ModelDrafter:
         self.catch_up_seconds = 0.0
 
     def prefill(self, tokens: Sequence[int]) -> None:
-        sync_prefix(self.model, tokens)
+        if len(tokens) <= self.n_ctx:  # a prompt the draft cannot hold: it will not draft
+            sync_prefix(self.model, tokens)
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         draft = self.model

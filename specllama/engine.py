@@ -19,11 +19,12 @@ from typing import Iterator, Protocol, Sequence
 import numpy as np
 
 from .adaptive import DraftLengthPolicy
-from .compat import check_compatible
-from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter, RowProcessor, processed
+from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import sync_prefix
-from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_sparse
+from .processors import Processor, processed
+from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_block_sparse, verify_sparse
+from .vocab import check_compatible
 
 
 class Model(Protocol):
@@ -32,6 +33,7 @@ class Model(Protocol):
     tokens: list[int]
     n_ctx: int
     n_vocab: int
+    n_batch: int
 
     def eval(self, tokens: Sequence[int], *, n_logits: int = 1, copy: bool = True) -> np.ndarray: ...
 
@@ -53,8 +55,14 @@ class Step:
         finish_reason: None while going on; "stop" at an end-of-generation
             token; "length" at ``max_tokens`` or a full context.
         target_logits: the target's logits rows of this pass, row j the one
-            ``tokens[j]`` was drawn from; a view that is valid only until
-            the loop is resumed (None on the closing "length" step).
+            ``tokens[j]`` was drawn from (before the processor); a view that
+            is valid only until the loop is resumed (None on the closing
+            "length" step).
+        eog_token: the end-of-generation token sampled (finish "stop"), which
+            is not among ``tokens``.
+
+    ``tokens[j]`` for j < n_accepted is a draft token the target accepted;
+    the one after them (if emitted) was sampled by the target itself.
     """
 
     tokens: list[int]
@@ -64,6 +72,7 @@ class Step:
     verify_seconds: float
     finish_reason: str | None = None
     target_logits: np.ndarray | None = None
+    eog_token: int | None = None
 
 
 class SpeculativeEngine:
@@ -129,9 +138,14 @@ class SpeculativeEngine:
         max_tokens: int | None,
         rng: np.random.Generator | UniformSource,
         adaptive: bool = True,
-        processor: RowProcessor | None = None,
+        processor: Processor | None = None,
+        draft_min: int = 0,
+        rule: str = "token",
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
+
+        The arguments are checked by the generation layer
+        (:mod:`specllama.options`); this loop trusts them.
 
         Args:
             prompt_tokens: the prompt, at least one token.
@@ -146,16 +160,13 @@ class SpeculativeEngine:
             processor: ``(input_ids, scores) -> scores``, applied to every
                 target and draft row with the tokens before that row (drafts
                 included), so the output follows the processed target exactly.
+                It must be a pure function (see :mod:`specllama.processors`).
+            draft_min: the least the adaptive policy may draft (room allowing).
+            rule: "token" (token-wise acceptance) or "block" (block verification).
 
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
         """
-        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0:
-            raise SpecLlamaError(f"draft_max must be an integer >= 0 (0 = no draft), got {draft_max!r}")
-        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-            raise SpecLlamaError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
-        if len(prompt_tokens) == 0:
-            raise SpecLlamaError("the prompt is empty (it must hold at least one token)")
         target, drafter = self.target, self.drafter
         if drafter is None:
             draft_max = 0
@@ -164,20 +175,25 @@ class SpeculativeEngine:
         self.prefill(seq, draft=draft_max > 0)
         n_emitted = 0
         while True:
-            # k drafts need len(seq) + k target positions; never draft more
-            # than can still be emitted (k drafts emit up to k + 1 tokens).
+            # The target must hold seq and k drafts: len(seq) + k <= n_ctx.
             room = target.n_ctx - len(seq)
-            if drafter is not None:
-                room = min(room, drafter.n_ctx - len(seq) + 1)
             if room < 0:
                 yield Step([], 0, 0, 0.0, 0.0, "length")
                 return
             k = min(draft_max, room)
+            if drafter is not None:
+                # The draft evaluates seq and all but its last draft; when only
+                # the draft is out of room, drafting stops and the target goes on.
+                k = min(k, max(drafter.n_ctx - len(seq) + 1, 0))
+            # One target pass is one llama.cpp batch: the pending tokens and the drafts.
+            k = min(k, target.n_batch - (len(seq) - len(target.tokens)))
             if max_tokens is not None:
+                # never draft more than can still be emitted (k drafts emit up to k + 1)
                 k = min(k, max_tokens - n_emitted - 1)
+            k = max(k, 0)
             if adaptive:
                 # Fixed before this pass draws anything: past passes only.
-                k = self.policy.choose(k)
+                k = self.policy.choose(k, minimum=draft_min)
 
             t0 = time.perf_counter()
             draft_tokens: list[int] = []
@@ -187,7 +203,8 @@ class SpeculativeEngine:
             t1 = time.perf_counter()
 
             # One target pass scores every draft position and the bonus row;
-            # a row becomes a distribution only if the acceptance walk reaches it.
+            # with the token-wise rule a row becomes a distribution only if
+            # the acceptance walk reaches it.
             n_rows = len(draft_tokens) + 1
             logits = target.eval(seq[len(target.tokens):] + draft_tokens, n_logits=n_rows, copy=False)
             p_rows: dict[int, SparseProbs] = {}
@@ -198,7 +215,12 @@ class SpeculativeEngine:
                     p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
-            n_accepted, next_token = verify_sparse(p_row, q_draft, draft_tokens, rng)
+            if rule == "block":
+                # block verification needs every row: it weighs the whole block at once
+                n_accepted, next_token = verify_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
+                                                             draft_tokens, rng)
+            else:
+                n_accepted, next_token = verify_sparse(p_row, q_draft, draft_tokens, rng)
             new_tokens = draft_tokens[:n_accepted] + [next_token]
 
             # Both caches keep seq + the accepted drafts; the next token is
@@ -211,10 +233,10 @@ class SpeculativeEngine:
             self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
 
             emitted: list[int] = []
-            finish = None
+            finish = eog = None
             for tok in new_tokens:
                 if target.is_eog(tok):
-                    finish = "stop"
+                    finish, eog = "stop", tok
                     break
                 emitted.append(tok)
                 if max_tokens is not None and n_emitted + len(emitted) >= max_tokens:
@@ -222,6 +244,6 @@ class SpeculativeEngine:
                     break
             seq.extend(new_tokens)
             n_emitted += len(emitted)
-            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits)
+            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog)
             if finish is not None:
                 return

@@ -1,89 +1,61 @@
-"""Text in, text out: the engine's steps as text chunks with running stats.
+"""The one road from the engine to every surface: tokens in, text chunks out.
 
-``stream_generate`` is the one consumer of :meth:`SpeculativeEngine.steps`
-that knows about text; ``generate`` collects it. The CLI (and later the chat
-REPL, the bench and the OpenAI-shaped API) consume these.
+:func:`stream_generate` is the only consumer of
+:meth:`SpeculativeEngine.steps`. It owns what every surface needs and none
+re-implements: the prompt check, text assembly (UTF-8 safe streaming, stop
+strings), ``stopping_criteria``, end-of-generation handling, ``max_tokens``,
+per-token origins and the statistics record. The CLI, the chat REPL, the
+bench and ``SpeculativeLlama`` consume it; :func:`generate` collects it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
+from .options import check_draft, check_max_tokens, check_prompt_text, check_prompt_tokens, check_rule, check_stop
+from .processors import Processor
 from .sampling import SamplingParams
+from .stats import GenerationStats
 from .text import TextAssembler
 
 DEFAULT_DRAFT_MAX = 4
 DEFAULT_MAX_TOKENS = 128
 
+#: a token the target accepted from the draft, or one it sampled itself
+DRAFT, TARGET = "draft", "target"
 
-@dataclass
-class GenerationStats:
-    """Counts and timings of one generation."""
-
-    n_prompt_tokens: int = 0
-    n_prompt_evaluated: int = 0
-    n_tokens: int = 0
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_target_passes: int = 0
-    prompt_seconds: float = 0.0
-    ttft_seconds: float = 0.0
-    seconds: float = 0.0
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted (0 when nothing was drafted)."""
-        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generated tokens per second of decoding (prompt processing excluded)."""
-        return self.n_tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def tokens_per_pass(self) -> float:
-        """Mean tokens emitted per target forward pass."""
-        return self.n_tokens / self.n_target_passes if self.n_target_passes else 0.0
-
-    def __add__(self, other: "GenerationStats") -> "GenerationStats":
-        """Totals over several generations (a chat session's, say)."""
-        return GenerationStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d.update(
-            acceptance_rate=self.acceptance_rate,
-            tokens_per_second=self.tokens_per_second,
-            tokens_per_pass=self.tokens_per_pass,
-        )
-        return d
-
-    def summary(self) -> str:
-        """The one-line stats a user reads after a generation."""
-        return (
-            f"{self.n_tokens} tokens, {self.tokens_per_second:.1f} tok/s, "
-            f"drafted {self.n_drafted}, accepted {self.n_accepted} "
-            f"({100 * self.acceptance_rate:.1f}%), "
-            f"{self.tokens_per_pass:.2f} tokens/target pass"
-        )
+StoppingCriteria = Callable[[np.ndarray, np.ndarray], bool]
 
 
 @dataclass
 class Chunk:
-    """One piece of streamed output."""
+    """One piece of streamed output.
+
+    Attributes:
+        text: the new text (held back while it may begin a stop string).
+        tokens: the new tokens; they end where the text ends (a stop string
+            cuts them as target-only decoding would).
+        origins: per token, ``"draft"`` (proposed by the draft, kept by the
+            target) or ``"target"`` (sampled by the target: after a
+            rejection, or the bonus token).
+        finish_reason: None while going on; "stop" (end of generation, a stop
+            string or a stopping criterion) or "length" at the end.
+        stats: the running statistics.
+        eog_token: on a "stop" at an end-of-generation token, that token.
+    """
 
     text: str
     tokens: list[int]
     finish_reason: str | None
     stats: GenerationStats
+    origins: list[str] = field(default_factory=list)
+    eog_token: int | None = None
 
 
 @dataclass
@@ -92,20 +64,32 @@ class GenerationResult:
     tokens: list[int]
     finish_reason: str
     stats: GenerationStats = field(default_factory=GenerationStats)
+    origins: list[str] = field(default_factory=list)
+    eog_token: int | None = None
 
 
 def tokenize_prompt(engine: SpeculativeEngine, prompt: str | Sequence[int]) -> list[int]:
-    """The prompt as token ids, checked to leave room in the context."""
+    """The prompt as token ids, checked: valid text or ids in the
+    vocabulary, not empty, and leaving room in the context."""
     target = engine.target
-    tokens = target.tokenize(prompt) if isinstance(prompt, str) else list(prompt)  # type: ignore[attr-defined]
+    if isinstance(prompt, str):
+        tokens = target.tokenize(check_prompt_text(prompt))  # type: ignore[attr-defined]
+    elif isinstance(prompt, (list, tuple, np.ndarray)):
+        tokens = check_prompt_tokens(prompt, target.n_vocab)
+    else:
+        raise SpecLlamaError(f"the prompt must be a string or a list of token ids, got {type(prompt).__name__}")
     if not tokens:
         raise SpecLlamaError("the prompt is empty (give some text with -p/--prompt)")
     if len(tokens) >= target.n_ctx:
         raise SpecLlamaError(
             f"the prompt is {len(tokens)} tokens but the context (-c/--ctx-size) holds {target.n_ctx}: "
-            f"use a prompt under {target.n_ctx} tokens or a larger context"
+            f"use a prompt of at most {target.n_ctx - 1} tokens or a larger context"
         )
     return tokens
+
+
+def _decode_seconds(model: object) -> float:
+    return getattr(model, "decode_seconds", 0.0) if model is not None else 0.0
 
 
 def stream_generate(
@@ -115,9 +99,14 @@ def stream_generate(
     params: SamplingParams = SamplingParams(),
     draft_max: int = DEFAULT_DRAFT_MAX,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    stop: Sequence[str] = (),
+    stop: str | Sequence[str] | None = (),
     rng: np.random.Generator | None = None,
     adaptive: bool = True,
+    processor: Processor | None = None,
+    stopping_criteria: StoppingCriteria | None = None,
+    draft_min: int = 0,
+    rule: str = "token",
+    invalid_utf8: str = "replace",
 ) -> Iterator[Chunk]:
     """Generate text after ``prompt``, streaming it as it is accepted.
 
@@ -135,41 +124,66 @@ def stream_generate(
             the target's distribution; only a fixed length replays a seed
             token for token at temperature > 0, since adaptive choices follow
             timings.
+        processor: a pure ``(input_ids, scores) -> scores`` applied to every
+            target and draft row (see :mod:`specllama.processors`).
+        stopping_criteria: ``(input_ids, logits) -> bool``, called after each
+            token with the ids so far (that token included) and the target's
+            logits row it was drawn from; True ends generation ("stop")
+            after that token.
+        draft_min: the least the adaptive policy may draft.
+        rule: "token" or "block" acceptance.
+        invalid_utf8: "replace" (U+FFFD) or "ignore" (llama-cpp-python's choice).
 
     Yields:
-        :class:`Chunk` objects; the last has a finish_reason ("stop" or
-        "length") and the final stats.
+        :class:`Chunk` objects; the last has a finish_reason and the final stats.
     """
+    draft_max, draft_min = check_draft(draft_max, draft_min)
+    max_tokens = check_max_tokens(max_tokens)
+    stops = check_stop(stop)
+    rule = check_rule(rule)
     if rng is None:
         rng = np.random.default_rng(params.seed)
     prompt_tokens = tokenize_prompt(engine, prompt)
+    target = engine.target
     stats = GenerationStats(n_prompt_tokens=len(prompt_tokens))
-    text = TextAssembler(stop)
+    text = TextAssembler(stops, errors=invalid_utf8)
     t_start = time.perf_counter()
     stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=draft_max > 0)
     t_decode = time.perf_counter()
     stats.prompt_seconds = t_decode - t_start
+    d0, t0 = _decode_seconds(engine.draft), _decode_seconds(target)
+    seq = list(prompt_tokens)
     steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max_tokens, rng=rng,
-                         adaptive=adaptive)
+                         adaptive=adaptive, processor=processor, draft_min=draft_min, rule=rule)
     try:
         for step in steps:
-            stats.n_tokens += len(step.tokens)
-            stats.n_drafted += step.n_drafted
-            stats.n_accepted += step.n_accepted
-            stats.n_target_passes += 1
+            stats.observe_pass(step.n_drafted, step.n_accepted)
+            delta, tokens, origins = "", [], []
+            finish, eog = step.finish_reason, step.eog_token
+            for j, tok in enumerate(step.tokens):
+                tokens.append(tok)
+                origins.append(DRAFT if j < step.n_accepted else TARGET)
+                seq.append(tok)
+                delta += text.push(target.token_bytes(tok))  # type: ignore[attr-defined]
+                if text.stopped or (stopping_criteria is not None and step.target_logits is not None
+                                    and stopping_criteria(np.asarray(seq, dtype=np.intc), step.target_logits[j])):
+                    # the tokens end where the text ends: the rest of this pass is dropped
+                    finish, eog = "stop", None
+                    break
+            stats.n_tokens += len(tokens)
             stats.draft_seconds += step.draft_seconds
             stats.verify_seconds += step.verify_seconds
             stats.seconds = time.perf_counter() - t_decode
-            if not stats.ttft_seconds and step.tokens:
+            stats.draft_decode_seconds = _decode_seconds(engine.draft) - d0
+            stats.target_decode_seconds = _decode_seconds(target) - t0
+            if not stats.ttft_seconds and tokens:
                 stats.ttft_seconds = stats.prompt_seconds + stats.seconds
-            delta = "".join(text.push(engine.target.token_bytes(t)) for t in step.tokens)  # type: ignore[attr-defined]
-            finish = "stop" if text.stopped else step.finish_reason
             if finish is not None:
                 delta += text.flush()
-                yield Chunk(delta, step.tokens, finish, stats)
+                yield Chunk(delta, tokens, finish, stats, origins, eog)
                 return
-            if delta or step.tokens:
-                yield Chunk(delta, step.tokens, None, stats)
+            if delta or tokens:
+                yield Chunk(delta, tokens, None, stats, origins)
     finally:
         steps.close()
 
@@ -178,9 +192,11 @@ def generate(engine: SpeculativeEngine, prompt: str | Sequence[int], **kwargs) -
     """Run :func:`stream_generate` to the end and collect the result."""
     pieces: list[str] = []
     tokens: list[int] = []
+    origins: list[str] = []
     chunk = None
     for chunk in stream_generate(engine, prompt, **kwargs):
         pieces.append(chunk.text)
         tokens.extend(chunk.tokens)
+        origins.extend(chunk.origins)
     assert chunk is not None and chunk.finish_reason is not None
-    return GenerationResult("".join(pieces), tokens, chunk.finish_reason, chunk.stats)
+    return GenerationResult("".join(pieces), tokens, chunk.finish_reason, chunk.stats, origins, chunk.eog_token)

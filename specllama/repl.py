@@ -21,9 +21,20 @@ line, or put \"\"\" alone on a line to start and end a multi-line message.
   /reset         forget the conversation (the system prompt stays)
   /system TEXT   set the system prompt (empty TEXT removes it)
   /exit          quit (also: exit, quit, Ctrl-D)
-Ctrl-C stops a reply and keeps what was written; at the prompt it does nothing."""
+A message that starts with / is taken as a command; start it with // to send
+a literal /. Ctrl-C stops a reply and keeps what was written; at the prompt
+it does nothing."""
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+COMMANDS = ("/help", "/stats", "/reset", "/system", "/exit")
+
+
+class EndInsideBlock(EOFError):
+    """The input ended inside a \"\"\" block; ``text`` is what it held."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
 
 
 def _setup_line_editing() -> Callable[[], None]:
@@ -56,9 +67,12 @@ def read_message(read: Callable[[str], str]) -> str:
     block between two \"\"\" lines. Raises EOFError at end of input."""
     line = read("> ")
     if line.strip() == '"""':
-        lines = []
-        while (more := read("... ")).strip() != '"""':
-            lines.append(more)
+        lines: list[str] = []
+        try:
+            while (more := read("... ")).strip() != '"""':
+                lines.append(more)
+        except EOFError:
+            raise EndInsideBlock("\n".join(lines)) from None
         return "\n".join(lines)
     lines = []
     while line.endswith("\\"):
@@ -92,6 +106,12 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
                 click.echo("")
                 click.secho("(Ctrl-C: type /exit or press Ctrl-D to quit)", err=True, dim=True)
                 continue
+            except EndInsideBlock as e:
+                click.echo("")
+                if e.text.strip():
+                    click.secho('(the input ended inside a """ block: sending what it held)', err=True, dim=True)
+                    _reply(session, e.text)
+                return
             except EOFError:
                 click.echo("")
                 return
@@ -108,11 +128,16 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
                 session.reset()
                 click.secho("(conversation cleared)", err=True, dim=True)
             elif cmd == "/system" or cmd.startswith("/system "):
+                had = session.system_prompt is not None
                 session.set_system(cmd[len("/system"):].strip())
-                click.secho("(system prompt set)" if session.system_prompt else "(system prompt removed)",
-                            err=True, dim=True)
-            elif cmd.startswith("/") and " " not in cmd:
-                click.secho(f"unknown command {cmd!r}: try /help", err=True)
+                note = ("(system prompt set)" if session.system_prompt else
+                        "(system prompt removed)" if had else "(no system prompt is set)")
+                click.secho(note, err=True, dim=True)
+            elif cmd.startswith("//"):
+                _reply(session, text.lstrip()[1:])  # a literal "/..." message
+            elif cmd.startswith("/"):
+                click.secho(f"unknown command {cmd.split()[0]!r}; commands: {', '.join(COMMANDS)} "
+                            "(start a message with // to send a literal /)", err=True)
             else:
                 _reply(session, text)
     finally:
@@ -140,5 +165,12 @@ def _reply(session: ChatSession, text: str) -> None:
     click.echo("")
     if interrupted:
         click.secho("[interrupted]", err=True, dim=True)
-    if session.last_stats is not None and not interrupted:
-        click.secho(session.last_stats.summary(), err=True, dim=True)
+    stats = session.last_stats
+    if stats is not None and not interrupted:
+        if session.last_finish == "length":
+            if session.max_tokens is not None and stats.n_tokens >= session.max_tokens:
+                click.secho(f"(reply cut at -n {session.max_tokens} tokens)", err=True, dim=True)
+            else:
+                click.secho(f"(the context is full: the reply stopped after {stats.n_tokens} tokens; "
+                            "/reset or a larger -c/--ctx-size makes room)", err=True, dim=True)
+        click.secho(stats.summary(), err=True, dim=True)

@@ -12,6 +12,14 @@ The rule (Leviathan et al. 2023; Chen et al. 2023), for draft position i:
 
 Every token then has exactly the distribution of sampling from p directly:
 min(q, p) + max(0, p - q) = p.
+
+Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh,
+"Block Verification Accelerates Speculative Decoding", ICLR 2025) judges the
+draft as a whole: with P_0 = 1 and P_i = min(1, P_{i-1} p_i(x_i) / q_i(x_i))
+it keeps the longest prefix a coin per position allows (weights h_i, see
+:func:`verify_block`) and then samples max(0, P_tau p - q) / Z. It is just as
+exact, and keeps at least as many tokens in expectation; with a one-hot draft
+(prompt lookup, temperature 0) it is the token-wise rule in law.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ class SamplingParams:
     """The sampling transforms, applied identically to target and draft rows.
 
     ``top_k=0``, ``top_p=1.0`` and ``min_p=0.0`` switch a filter off;
+    ``top_p=0`` keeps only the most likely token (llama.cpp's min_keep = 1);
     ``temperature=0`` is greedy decoding (argmax). The filters run in
     llama.cpp's default order: top-k, top-p, min-p, then temperature.
     """
@@ -58,8 +67,9 @@ class SamplingParams:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {k!r}")
         p = self.top_p
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
-            raise ValueError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
+        # top_p = 0 is allowed, as in llama.cpp: it keeps the single most likely token
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 <= p <= 1.0):
+            raise ValueError(f"top_p must be a number in [0, 1] (1 = off), got {p!r}")
         m = self.min_p
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m <= 1.0):
             raise ValueError(f"min_p must be a number in [0, 1] (0 = off), got {m!r}")
@@ -150,7 +160,8 @@ def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
     if not finite.all():
         cand, vals = cand[finite], vals[finite]
     if params.top_p < 1.0:
-        # Smallest set, most likely first, whose mass reaches top_p (llama.cpp's rule).
+        # Smallest set, most likely first, whose mass reaches top_p (llama.cpp's
+        # rule); never empty, so top_p = 0 keeps the argmax (lowest id among ties).
         order = np.argsort(-vals, kind="stable")
         cand, vals = cand[order], vals[order]
         cum = np.cumsum(np.exp(vals - vals[0]))
@@ -218,29 +229,41 @@ def acceptance_probability(p_target: np.ndarray, q_draft: np.ndarray) -> float:
     return float(np.minimum(p_target, q_draft).sum())
 
 
-def residual(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
-    """The distribution to sample after a rejection, max(0, p - q) / Z.
+def residual(p_target: np.ndarray, q_draft: np.ndarray, *, scale: float = 1.0) -> np.ndarray:
+    """The distribution to sample after a rejection, max(0, scale * p - q) / Z.
 
-    Where p == q (Z = 0, a rejection that can only come from rounding or a
-    draft token with q(x) = 0), it is p itself.
+    Args:
+        p_target: the target row, shape (V,).
+        q_draft: the draft row, shape (V,).
+        scale: 1 for the token-wise rule; P_tau for block verification.
+
+    Returns:
+        The normalised residual; where it has no mass (Z = 0, a rejection that
+        can only come from rounding or a draft token with q(x) = 0), p itself.
     """
-    r = np.maximum(p_target - q_draft, 0.0)
+    r = np.maximum(scale * p_target - q_draft, 0.0)
     z = float(r.sum())
     if not (math.isfinite(z) and z > 0.0):
         return np.asarray(p_target, dtype=np.float64) / float(np.sum(p_target))
     return r / z
 
 
-def sparse_residual(p_target: SparseProbs, q_draft: SparseProbs) -> SparseProbs:
-    """:func:`residual` for sparse rows: max(0, p - q) / Z over the union of
-    the supports (only where p > q can it be positive); p itself when Z = 0."""
-    ids = np.union1d(p_target.ids, q_draft.ids)
-    r = np.maximum(_values_at(p_target, ids) - _values_at(q_draft, ids), 0.0)
+def sparse_residual(p_target: SparseProbs, q_draft: SparseProbs, *, scale: float = 1.0) -> SparseProbs:
+    """:func:`residual` for sparse rows: max(0, scale * p - q) / Z over the
+    union of the supports (only where p > 0 can it be positive); p itself
+    when Z = 0."""
+    ids, r = _sparse_excess(p_target, q_draft, scale)
     z = float(r.sum())
     if not (math.isfinite(z) and z > 0.0):
         return p_target
     keep = r > 0.0
     return SparseProbs(ids[keep], r[keep] / z)
+
+
+def _sparse_excess(p_target: SparseProbs, q_draft: SparseProbs, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """max(0, scale * p - q) on the union of the two supports: (ids, values)."""
+    ids = np.union1d(p_target.ids, q_draft.ids)
+    return ids, np.maximum(scale * _values_at(p_target, ids) - _values_at(q_draft, ids), 0.0)
 
 
 def _values_at(dist: SparseProbs, ids: np.ndarray) -> np.ndarray:
@@ -334,3 +357,196 @@ def verify_sparse(
     if n < k:
         return n, sparse_residual(p_row(n), q_draft[n]).sample(rng.random())
     return k, p_row(k).sample(rng.random())
+
+
+
+# -- block verification ------------------------------------------------------
+
+
+def _kept_mass(
+    draft_tokens: Sequence[int],
+    p_at: Callable[[int, int], float],
+    q_at: Callable[[int, int], float],
+) -> list[float]:
+    """P_0 .. P_k: P_0 = 1, P_i = min(1, P_{i-1} * p_i(x_i) / q_i(x_i)).
+
+    P_i is how much of the target's mass on the prefix x_1..x_i the draft's
+    proposal can still carry; ``p_at(i, x)``/``q_at(i, x)`` read row i (0-based).
+    """
+    kept = [1.0]
+    for i, x in enumerate(draft_tokens):
+        x = int(x)
+        p_x, q_x = p_at(i, x), q_at(i, x)
+        if not (math.isfinite(p_x) and math.isfinite(q_x)):
+            raise ValueError(f"non-finite probability at draft position {i}: p={p_x}, q={q_x}")
+        prev = kept[-1]
+        if not q_x > 0.0:
+            # q(x) == 0: the draft could not have proposed x; nothing is kept
+            # from here on (P = 0 makes every later weight 0: a rejection).
+            kept.append(0.0)
+        elif prev * p_x >= q_x:
+            kept.append(1.0)  # the ratio is capped at 1, written without the division
+        else:
+            kept.append(prev * p_x / q_x)
+    return kept
+
+
+def _stop_weight(kept: float, excess: float | None) -> float:
+    """h_i, the chance that the walk stops at i given it did not stop above i.
+
+    Args:
+        kept: P_i.
+        excess: Z_{i+1} = sum_x max(0, P_i p_{i+1}(x) - q_{i+1}(x)); None at
+            i = k, where the whole block is kept with probability P_k.
+
+    Returns:
+        h_i = Z / (Z + 1 - P_i), or P_k at i = k. A denominator of 0 means
+        P_i = 1 and p = q at i + 1; then P_{i+1} = 1 and h_{i+1} = 1, the
+        walk never gets down to i, and the value (1) matters only under rounding.
+    """
+    if excess is None:
+        return kept
+    denominator = excess + (1.0 - kept)
+    return 1.0 if denominator <= 0.0 else excess / denominator
+
+
+def _block_tau(
+    draft_tokens: Sequence[int],
+    p_at: Callable[[int, int], float],
+    q_at: Callable[[int, int], float],
+    excess_at: Callable[[int, float], float],
+    rng: np.random.Generator | UniformSource,
+) -> tuple[int, float]:
+    """Draw tau, the number of draft tokens block verification keeps.
+
+    tau is the largest i with u_i < h_i (h_0 = 1). The walk goes down from
+    i = k and stops at the first success, drawing one uniform per position it
+    examines: u_k, u_{k-1}, ... . ``excess_at(i, P)`` gives Z_{i+1}, the mass
+    of max(0, P p - q) on row i (0-based), computed only when reached.
+
+    Returns:
+        ``(tau, P_tau)``.
+    """
+    k = len(draft_tokens)
+    kept = _kept_mass(draft_tokens, p_at, q_at)
+    for i in range(k, 0, -1):
+        if i == k:
+            z = None
+        elif kept[i] == 0.0:
+            z = 0.0  # max(0, 0 * p - q) has no mass: no row needed
+        else:
+            z = excess_at(i, kept[i])
+            if not math.isfinite(z):
+                raise ValueError(f"non-finite residual mass {z} after draft position {i - 1}")
+        # Strictly below: u = 0.0 is a possible draw and must never stop the
+        # walk where h = 0 (say, at a token the target forbids).
+        if rng.random() < _stop_weight(kept[i], z):
+            return i, kept[i]
+    return 0, 1.0  # h_0 = 1: keep nothing, no draw needed
+
+
+def verify_block(
+    p_target: np.ndarray,
+    q_draft: np.ndarray,
+    draft_tokens: Sequence[int],
+    rng: np.random.Generator | UniformSource,
+) -> tuple[int, int]:
+    """Block verification: accept a prefix of the draft so the output is
+    distributed exactly as p, keeping at least as many tokens in expectation
+    as :func:`verify`.
+
+    With rows 1-based as in the paper (p_i, q_i: the rows draft token x_i is
+    judged by; p_{k+1}: the bonus row):
+
+    * P_0 = 1, P_i = min(1, P_{i-1} p_i(x_i) / q_i(x_i));
+    * h_i = Z_{i+1} / (Z_{i+1} + 1 - P_i) for i < k, with
+      Z_{i+1} = sum_x max(0, P_i p_{i+1}(x) - q_{i+1}(x)); h_k = P_k; h_0 = 1;
+    * tau = the largest i with u_i < h_i: keep x_1..x_tau (the paper's
+      u_i <= h_i, made strict so that a draw of exactly 0.0 never keeps a
+      position where h = 0);
+    * then tau = k: a bonus token from p_{k+1}; tau < k: a token from
+      max(0, P_tau p_{tau+1} - q_{tau+1}) / Z (p_{tau+1} itself if Z = 0).
+
+    Draws, in order: u_k, u_{k-1}, ..., down to the first u_i < h_i (tau = i;
+    k - tau + 1 draws) or through u_1 (tau = 0; k draws), then one for the
+    next token. k = 0 is one draw, the sample from p_1.
+
+    Args:
+        p_target: target probabilities, shape (k+1, V), rows as for :func:`verify`.
+        q_draft: draft probabilities, shape (k, V).
+        draft_tokens: the k draft token ids, token i sampled from q_draft[i].
+        rng: the source of uniform draws.
+
+    Returns:
+        ``(n_accepted, next_token)`` as :func:`verify`.
+    """
+    k = len(draft_tokens)
+    if p_target.ndim != 2 or p_target.shape[0] != k + 1:
+        raise ValueError(f"p_target must have shape (k+1, V) = ({k + 1}, V), got {p_target.shape}")
+    if q_draft.shape != (k, p_target.shape[1]):
+        raise ValueError(f"q_draft must have shape (k, V) = ({k}, {p_target.shape[1]}), got {q_draft.shape}")
+    tau, kept = _block_tau(
+        draft_tokens,
+        lambda i, x: float(p_target[i, x]),
+        lambda i, x: float(q_draft[i, x]),
+        lambda i, scale: float(np.maximum(scale * p_target[i] - q_draft[i], 0.0).sum()),
+        rng,
+    )
+    if tau < k:
+        # Kept tau: sample what the draft under-proposed after them, max(0, P_tau p - q) / Z.
+        return tau, sample_from(residual(p_target[tau], q_draft[tau], scale=kept), rng.random())
+    # The whole block kept: the target's row k is a free extra token.
+    return k, sample_from(p_target[k], rng.random())
+
+
+def verify_block_sparse(
+    p_rows: Sequence[SparseProbs],
+    q_draft: Sequence[SparseProbs],
+    draft_tokens: Sequence[int],
+    rng: np.random.Generator | UniformSource,
+) -> tuple[int, int]:
+    """:func:`verify_block` on sparse rows: the same rule and the same draws.
+
+    The rule needs p at every draft position (P_k is a product over all of
+    them), so it takes the target's rows as a list, not on demand.
+
+    A draft that stops early at an end-of-generation token (the drafter
+    draws EOG at position k' < k and drafts no further) is verified as the
+    block of length k' it is, with h_{k'} = P_{k'}; that is exact. It is the
+    rule run on the full block padded after EOG with p = q = a point mass
+    (a draft that "proposes" a fixed token, and a target replaced there by
+    the same one; the output is cut at EOG, so the target's law past EOG
+    never reaches it and may be replaced). On the padding the ratios are 1,
+    so P_j = P_{k'} for j >= k', and Z = sum max(0, P p - q) = 0, so
+    h_j = 0 for k' <= j < k (or 1 everywhere there when P_{k'} = 1), while
+    h_k = P_k = P_{k'}. The padded walk thus keeps the whole block with
+    probability P_{k'} and otherwise stops below k' with the same weights:
+    tau's law is the truncated rule's, a kept block ends at EOG either way
+    (the truncated rule's bonus token after EOG is discarded), and below k'
+    both sample the same residual rows.
+
+    Args:
+        p_rows: the k+1 target distributions; row i conditions on the prefix
+            plus draft_tokens[:i], row k gives the bonus token.
+        q_draft: the k draft distributions.
+        draft_tokens: the k draft token ids, token i sampled from q_draft[i].
+        rng: the source of uniform draws (see :func:`verify_block` for their order).
+
+    Returns:
+        ``(n_accepted, next_token)`` as :func:`verify`.
+    """
+    k = len(draft_tokens)
+    if len(p_rows) != k + 1:
+        raise ValueError(f"p_rows must hold k+1 = {k + 1} target rows, got {len(p_rows)}")
+    if len(q_draft) != k:
+        raise ValueError(f"q_draft must hold k = {k} draft rows, got {len(q_draft)}")
+    tau, kept = _block_tau(
+        draft_tokens,
+        lambda i, x: p_rows[i].prob(x),
+        lambda i, x: q_draft[i].prob(x),
+        lambda i, scale: float(_sparse_excess(p_rows[i], q_draft[i], scale)[1].sum()),
+        rng,
+    )
+    if tau < k:
+        return tau, sparse_residual(p_rows[tau], q_draft[tau], scale=kept).sample(rng.random())
+    return k, p_rows[k].sample(rng.random())

@@ -24,10 +24,30 @@ def tiny_pair(model_dir) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
+def eot_pair(model_dir) -> tuple[str, str]:
+    """(target, draft) whose vocabulary has a second end-of-generation token
+    (its id is the vocabulary's last)."""
+    target, draft = write_pair(model_dir, with_eot=True, prefix="tiny-eot")
+    return str(target), str(draft)
+
+
+@pytest.fixture(scope="session")
 def foreign_draft(model_dir) -> tuple[str, int]:
     """A draft whose vocabulary differs from the pair's, and the first id where."""
     path, first_diff = write_foreign_draft(model_dir)
     return str(path), first_diff
+
+
+@pytest.fixture
+def fresh_engine(tiny_pair):
+    """A tiny pair with its own, untouched engine state (adaptive policy included)."""
+    from specllama.backend import LlamaModel
+    from specllama.engine import SpeculativeEngine
+
+    target, draft = tiny_pair
+    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX), LlamaModel(draft, n_ctx=TINY_CTX))
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(scope="module")

@@ -86,10 +86,10 @@ def test_only_some_builtin_prompts(tiny_pair):
 def test_prompts_file_text_and_jsonl(tmp_path, tiny_pair):
     f = tmp_path / "p.jsonl"
     f.write_text('{"name": "kings", "prompt": "once upon a king"}\n\nthe cat sat\n')
-    assert load_prompts(str(f)) == [("kings", "once upon a king"), ("line 2", "the cat sat")]
+    assert load_prompts(str(f)) == [("kings", "once upon a king"), ("line 3", "the cat sat")]
     r = bench(tiny_pair, "--json", "-n", "8", "--draft-max", "2", "--temp", "0", "--prompts", str(f))
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["prompts"] == ["kings", "line 2"]
+    assert json.loads(r.stdout)["prompts"] == ["kings", "line 3"]
 
 
 def one_line_error(r) -> str:

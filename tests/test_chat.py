@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from specllama.backend import LlamaModel
-from specllama.chat import ChatSession, make_formatter
+from specllama.chat import ChatSession, template_for
 from specllama.cli import main
 from specllama.engine import SpeculativeEngine
 from specllama.sampling import SamplingParams
@@ -47,8 +47,8 @@ def test_second_turn_costs_the_same_whatever_the_history(tiny_pair):
     evaluated = []
     for first in ("hello", "once upon a time there lived a king " * 12):
         engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=1024), LlamaModel(tiny_pair[1], n_ctx=1024))
-        formatter, _ = make_formatter(engine.target, None)
-        session = ChatSession(engine, formatter, "you are a cat", params=GREEDY, max_tokens=12)
+        template = template_for(engine.target, "chatml")
+        session = ChatSession(engine, template, "you are a cat", params=GREEDY, max_tokens=12)
         drain(session.send(first))
         drain(session.send("the dog said"))
         evaluated.append((session.last_stats.n_prompt_evaluated, session.last_stats.n_prompt_tokens))
@@ -61,8 +61,8 @@ def test_second_turn_costs_the_same_whatever_the_history(tiny_pair):
 
 def test_context_overflow_drops_oldest_turns_keeps_system(tiny_pair):
     engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=160), LlamaModel(tiny_pair[1], n_ctx=160))
-    formatter, _ = make_formatter(engine.target, None)
-    session = ChatSession(engine, formatter, "be brief", params=GREEDY, max_tokens=16)
+    template = template_for(engine.target)
+    session = ChatSession(engine, template, "be brief", params=GREEDY, max_tokens=16)
     long_msg = "the king and the queen went to the house " * 3
     drops = []
     for _ in range(4):
@@ -95,7 +95,8 @@ def test_system_command_help_and_unknown(tiny_pair):
     assert r.exit_code == 0
     assert "/reset" in r.stdout and "Ctrl-C stops a reply" in r.stdout
     assert "(system prompt set)" in r.stderr and "(system prompt removed)" in r.stderr
-    assert "unknown command '/nope': try /help" in r.stderr
+    assert ("unknown command '/nope'; commands: /help, /stats, /reset, /system, /exit "
+            "(start a message with // to send a literal /)") in r.stderr
 
 
 def test_multiline_input(tiny_pair):

@@ -92,7 +92,7 @@ def test_prompt_longer_than_context(tiny_pair):
     msg = one_line_error(run("generate", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "8", "-p", PROMPT))
     assert msg == (
         "Error: the prompt is 9 tokens but the context (-c/--ctx-size) holds 8: "
-        "use a prompt under 8 tokens or a larger context"
+        "use a prompt of at most 7 tokens or a larger context"
     )
 
 
@@ -100,7 +100,7 @@ def test_prompt_longer_than_context(tiny_pair):
     "flag, value, text",
     [
         ("--temp", "-1", "Invalid value for '--temp': -1.0 is not in the range x>=0."),
-        ("--top-p", "1.5", "Invalid value for '--top-p': 1.5 is not in the range 0<x<=1."),
+        ("--top-p", "1.5", "Invalid value for '--top-p': 1.5 is not in the range 0<=x<=1."),
         ("--draft-max", "-2", "Invalid value for '--draft-max' / '--spec-draft-n-max': -2 is not in the range x>=0."),
         ("--min-p", "2", "Invalid value for '--min-p': 2.0 is not in the range 0<=x<=1."),
         ("-n", "0", "0 generates nothing; use -1 (until the context is full) or a count >= 1"),

@@ -65,7 +65,7 @@ def test_demo_greedy_speculative_equals_target_only(demo_paths):
 def test_demo_caches_match_fresh_evaluation(demo_paths):
     """Gemma 3 has sliding-window layers: after rejections and rewinds, the
     target's cache must still give the logits of a fresh evaluation."""
-    from specllama.loader import open_engine
+    from specllama.opener import open_engine
     from specllama.sampling import SamplingParams
 
     with open_engine(*demo_paths, n_ctx=512) as engine:

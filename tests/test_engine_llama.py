@@ -34,7 +34,7 @@ class PastDependentPolicy:
     def __init__(self) -> None:
         self.last_accepted = 2
 
-    def choose(self, cap: int) -> int:
+    def choose(self, cap: int, *, minimum: int = 0) -> int:
         return min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0
 
     def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 
+from specllama import sampling
 from specllama.sampling import (
     SamplingParams,
     acceptance_probability,
@@ -17,7 +19,16 @@ from specllama.sampling import (
     verify_sparse,
 )
 
-from .stats_helpers import assert_distributed_as, assert_rate
+from .stats_helpers import (
+    ALPHA,
+    assert_distributed_as,
+    assert_rate,
+    detectable_effect,
+    detectable_rate_shift,
+    pooled_bins,
+    power,
+    samples_for_power,
+)
 
 # The design note's worked example (shared/seeds).
 P_EX = np.array([0.5, 0.3, 0.15, 0.05])
@@ -119,10 +130,16 @@ def test_sample_from_is_inverse_cdf_and_skips_zeros():
 # -- to_probs --------------------------------------------------------------
 
 LOGITS = np.log(P_EX)
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def plain(**changes) -> SamplingParams:
+    """Temperature 1 and every filter off, but for ``changes``."""
+    return dataclasses.replace(PLAIN, **changes)
 
 
 def test_to_probs_plain_softmax():
-    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 0, 1.0, 0.0)), P_EX, atol=1e-12)
+    np.testing.assert_allclose(to_probs(LOGITS, plain()), P_EX, atol=1e-12)
 
 
 def test_to_probs_temperature_zero_is_one_hot_argmax():
@@ -133,37 +150,55 @@ def test_to_probs_temperature_zero_is_one_hot_argmax():
 
 def test_to_probs_temperature_two_flattens():
     expected = np.sqrt(P_EX) / np.sqrt(P_EX).sum()
-    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(2.0, 0, 1.0, 0.0)), expected, atol=1e-12)
+    np.testing.assert_allclose(to_probs(LOGITS, plain(temperature=2.0)), expected, atol=1e-12)
 
 
 def test_to_probs_top_k():
-    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 2, 1.0, 0.0)), [0.625, 0.375, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(to_probs(LOGITS, plain(top_k=2)), [0.625, 0.375, 0, 0], atol=1e-12)
 
 
 def test_to_probs_top_p_keeps_smallest_set_reaching_p():
     # cumulative 0.5, 0.8, 0.95: top_p 0.75 keeps two, 0.85 keeps three
-    np.testing.assert_allclose(to_probs(LOGITS, SamplingParams(1.0, 0, 0.75, 0.0)), [0.625, 0.375, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(to_probs(LOGITS, plain(top_p=0.75)), [0.625, 0.375, 0, 0], atol=1e-12)
     np.testing.assert_allclose(
-        to_probs(LOGITS, SamplingParams(1.0, 0, 0.85, 0.0)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
+        to_probs(LOGITS, plain(top_p=0.85)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
     )
+
+
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_top_p_zero_keeps_only_the_most_likely_token(top_k):
+    """top_p = 0 is accepted, as in llama.cpp and llama-cpp-python: the
+    smallest set reaching mass 0 is never empty (min_keep = 1), so it is the
+    argmax alone; among tied maxima, the lowest id (as np.argmax)."""
+    params = plain(top_p=0.0, top_k=top_k)
+    assert params.top_p == 0.0
+    sp = sparse_probs(np.array([0.1, 2.0, -1.0, 1.9, 0.0]), params)
+    assert (list(sp.ids), list(sp.probs)) == ([1], [1.0])
+    tied = sparse_probs(np.array([0.5, 3.0, 3.0, 3.0]), params)
+    assert (list(tied.ids), list(tied.probs)) == ([1], [1.0])
+    np.testing.assert_array_equal(to_probs(LOGITS, params), [1.0, 0.0, 0.0, 0.0])
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        logits = rng.standard_normal(300).astype(np.float32)
+        assert list(sparse_probs(logits, params).ids) == [int(np.argmax(logits))]
 
 
 def test_to_probs_min_p_relative_to_max():
     # min_p 0.2: keep p >= 0.1
     np.testing.assert_allclose(
-        to_probs(LOGITS, SamplingParams(1.0, 0, 1.0, 0.2)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
+        to_probs(LOGITS, plain(min_p=0.2)), np.array([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-12
     )
 
 
 def test_to_probs_filters_before_temperature():
     # top-k 3 chosen on the raw logits, then temperature 0.5 sharpens the three
     kept = P_EX[:3] ** 2
-    out = to_probs(LOGITS, SamplingParams(0.5, 3, 1.0, 0.0))
+    out = to_probs(LOGITS, plain(temperature=0.5, top_k=3))
     np.testing.assert_allclose(out, np.append(kept / kept.sum(), 0), atol=1e-12)
 
 
 def test_to_probs_minus_inf_logits_get_zero():
-    out = to_probs(np.array([0.0, -np.inf, 0.0]), SamplingParams(1.0, 0, 1.0, 0.0))
+    out = to_probs(np.array([0.0, -np.inf, 0.0]), plain())
     np.testing.assert_allclose(out, [0.5, 0, 0.5])
 
 
@@ -178,8 +213,9 @@ def test_to_probs_refuses_nan():
         ({"temperature": -1}, "temperature must be a finite number >= 0 (0 = greedy), got -1"),
         ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
         ({"top_k": -3}, "top_k must be an integer >= 0 (0 = off), got -3"),
-        ({"top_p": 1.5}, "top_p must be a number in (0, 1] (1 = off), got 1.5"),
-        ({"top_p": 0.0}, "top_p must be a number in (0, 1] (1 = off), got 0.0"),
+        ({"top_p": 1.5}, "top_p must be a number in [0, 1] (1 = off), got 1.5"),
+        ({"top_p": -0.1}, "top_p must be a number in [0, 1] (1 = off), got -0.1"),
+        ({"top_p": float("nan")}, "top_p must be a number in [0, 1] (1 = off), got nan"),
         ({"min_p": -0.1}, "min_p must be a number in [0, 1] (0 = off), got -0.1"),
         ({"seed": -5}, "seed must be None or an integer >= 0, got -5"),
     ],
@@ -244,6 +280,21 @@ def _cases():
 
 @pytest.mark.parametrize("case", list(_cases()))
 def test_emitted_tokens_follow_the_target(case):
+    """Draft two tokens and verify, N_RUNS = 12,000 times per case: the first
+    emitted token follows p_0, position 0 is accepted at sum min(p, q), and
+    the second token (on the accepted runs only, about acc * N of them)
+    follows p_1. Smallest biases detected with power 0.99 (Cohen's w, by
+    detectable_effect; the rate as an absolute shift, by detectable_rate_shift):
+
+        case             first token      second token                rate
+        random           w >= 0.0645 df 5  w >= 0.0866 df 5 n ~ 6,660   0.0282
+        p_equals_q       w >= 0.0645 df 5  w >= 0.0645 df 5 n = 12,000  exact (1)
+        one_hot_q        w >= 0.0645 df 5  w >= 0.2182 df 4 n ~ 1,005   0.0157
+        partly_disjoint  w >= 0.0596 df 2  w >= 0.1332 df 2 n ~ 2,400   0.0227
+        one_hot_p        exact (1 token)   exact (1 token)  n ~ 267     0.0084
+
+    (test_quoted_power_figures recomputes these.)
+    """
     p_target, q_draft = _cases()[case]
     first, n_acc0, second = run_two_positions(p_target, q_draft, N_RUNS, seed=11)
     assert_distributed_as(first, p_target[0])
@@ -252,6 +303,9 @@ def test_emitted_tokens_follow_the_target(case):
 
 
 def test_through_to_probs_with_every_filter():
+    """As above on filtered rows, N_RUNS = 12,000: detects w >= 0.0596 on the
+    first token (df 2), w >= 0.0713 on the second (df 6, n ~ 10,204), and a
+    shift of 0.0202 in the acceptance rate, each with power 0.99."""
     rng = np.random.default_rng(3)
     v = 12
     target_logits = rng.normal(0, 1, (3, v))
@@ -268,7 +322,8 @@ def test_through_to_probs_with_every_filter():
 
 def test_the_check_catches_a_biased_rule():
     """The same statistics reject a rule that resamples from p instead of the
-    residual, so the tests above have the power to fail."""
+    residual, so the tests above have the power to fail: that bias is
+    w = 0.301 on the first token, detected at N_RUNS with power 1.0000."""
 
     def resample_from_p(p_target, q_draft, draft_tokens, rng):
         for i, x in enumerate(draft_tokens):
@@ -281,6 +336,144 @@ def test_the_check_catches_a_biased_rule():
     first, _, _ = run_two_positions(p_target, q_draft, N_RUNS, seed=11, verify_fn=resample_from_p)
     with pytest.raises(AssertionError, match="chi2"):
         assert_distributed_as(first, p_target[0])
+
+
+def _filtered_case():
+    rng = np.random.default_rng(3)
+    target_logits = rng.normal(0, 1, (3, 12))
+    draft_logits = target_logits[:2] + rng.normal(0, 0.8, (2, 12))
+    params = SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.05)
+    return to_probs(target_logits, params), to_probs(draft_logits, params)
+
+
+# case: (first token w, second token w, rate shift), None where the check is exact
+QUOTED_FIGURES = {
+    "random": (0.0645, 0.0866, 0.0282),
+    "p_equals_q": (0.0645, 0.0645, None),
+    "one_hot_q": (0.0645, 0.2182, 0.0157),
+    "partly_disjoint": (0.0596, 0.1332, 0.0227),
+    "one_hot_p": (None, None, 0.0084),
+    "filtered": (0.0596, 0.0713, 0.0202),
+}
+
+
+@pytest.mark.parametrize("case", list(QUOTED_FIGURES))
+def test_quoted_power_figures(case):
+    """The detectable effects quoted in the docstrings above, recomputed on
+    the bins assert_distributed_as uses at those sample sizes."""
+    p_target, q_draft = _filtered_case() if case == "filtered" else _cases()[case]
+    acc = acceptance_probability(p_target[0], q_draft[0])
+    n_second = int(acc * N_RUNS)
+    got = []
+    for probs, n in ((p_target[0], N_RUNS), (p_target[1], n_second)):
+        df = len(pooled_bins(probs, n)) - 1
+        got.append(round(detectable_effect(n, df), 4) if (probs > 0).sum() > 1 else None)
+    got.append(round(detectable_rate_shift(N_RUNS, acc), 4) if 0 < acc < 1 else None)
+    assert tuple(got) == QUOTED_FIGURES[case]
+
+
+# -- planted biases: the checks catch what they claim to ---------------------
+
+# A hand-made pair where both planted biases move the output visibly, and a bonus row.
+P_BIAS = np.array([0.35, 0.3, 0.25, 0.1])
+Q_BIAS = np.array([0.3, 0.45, 0.2, 0.05])
+BONUS = np.array([0.25, 0.25, 0.25, 0.25])
+
+
+def _first_tokens(n_runs: int, seed: int) -> np.ndarray:
+    """Counts of the first output token of ``verify`` (one draft from Q_BIAS)."""
+    p_target, q_draft = np.stack([P_BIAS, BONUS]), Q_BIAS[None]
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(4, dtype=np.int64)
+    for _ in range(n_runs):
+        x = sample_from(Q_BIAS, rng.random())
+        n_accepted, next_token = verify(p_target, q_draft, [x], rng)
+        counts[x if n_accepted else next_token] += 1
+    return counts
+
+
+def _law_understated_ratio() -> np.ndarray:
+    """First-token law when x is accepted with min(1, 0.9 p/q): accepted mass
+    min(q, 0.9 p), the rest from the true residual."""
+    accepted = np.minimum(Q_BIAS, 0.9 * P_BIAS)
+    return accepted + (1 - accepted.sum()) * residual(P_BIAS, Q_BIAS)
+
+
+def _law_shrunk_residual() -> np.ndarray:
+    """First-token law when the residual is max(0, p - 0.9 q) / Z."""
+    accepted = np.minimum(Q_BIAS, P_BIAS)
+    wrong = np.maximum(P_BIAS - 0.9 * Q_BIAS, 0.0)
+    return accepted + (1 - accepted.sum()) * wrong / wrong.sum()
+
+
+def _plant_understated_ratio(monkeypatch) -> None:
+    walk = sampling._n_accepted
+    monkeypatch.setattr(sampling, "_n_accepted",
+                        lambda tokens, p_at, q_at, rng: walk(tokens, lambda i, x: 0.9 * p_at(i, x), q_at, rng))
+
+
+def _plant_shrunk_residual(monkeypatch) -> None:
+    true_residual = sampling.residual
+    monkeypatch.setattr(sampling, "residual", lambda p, q, **kw: true_residual(p, 0.9 * q, **kw))
+
+
+@pytest.mark.parametrize(
+    "biased_law, plant, w, n_expected",
+    [
+        (_law_understated_ratio, _plant_understated_ratio, 0.0685, 9698),
+        (_law_shrunk_residual, _plant_shrunk_residual, 0.0341, 38973),
+    ],
+    ids=["ratio_understated_10pct", "residual_p_minus_0.9q"],
+)
+def test_a_planted_bias_in_the_tokenwise_rule_is_caught(monkeypatch, biased_law, plant, w, n_expected):
+    """Two subtle biases planted into the real code: (a) acceptance with
+    min(1, 0.9 p/q), w = 0.0685, caught at N = 9,698; (b) the residual
+    max(0, p - 0.9 q), w = 0.0341, caught at N = 38,973. Each N is the least
+    that gives the first-token check power 0.99 against the exact biased
+    law; at that N and one seed, the real rule passes and the biased fails."""
+    biased = biased_law()
+    assert np.sqrt(((biased - P_BIAS) ** 2 / P_BIAS).sum()) == pytest.approx(w, abs=5e-5)
+    n = samples_for_power(P_BIAS, biased)
+    assert n == n_expected and power(n, P_BIAS, biased) >= 0.99
+    assert_distributed_as(_first_tokens(n, seed=8), P_BIAS)
+    plant(monkeypatch)
+    counts = _first_tokens(n, seed=8)
+    with pytest.raises(AssertionError, match="chi2"):
+        assert_distributed_as(counts, P_BIAS)
+    # the planted code does follow the biased law computed for it
+    assert_distributed_as(counts, biased)
+
+
+@pytest.mark.parametrize("wanted", [0.5, 0.9])
+def test_power_matches_simulation(wanted):
+    """power() against the rejection rate of assert_distributed_as itself on
+    2,000 multinomial samples of size n = samples_for_power(..., wanted) from
+    a law off by w = 0.04 (the noncentral chi-square is an approximation,
+    accurate for such small effects)."""
+    expected = np.array([0.5, 0.3, 0.15, 0.05])
+    biased = np.array([0.48, 0.31, 0.16, 0.05])
+    n = samples_for_power(expected, biased, power=wanted)
+    predicted = power(n, expected, biased)
+    assert wanted <= predicted < wanted + 1e-3 and power(n - 1, expected, biased) < wanted
+    rejected = 0
+    for counts in np.random.default_rng(12).multinomial(n, biased, size=2_000):
+        try:
+            assert_distributed_as(counts, expected)
+        except AssertionError:
+            rejected += 1
+    assert_rate(rejected, 2_000, predicted)
+
+
+def test_power_edge_cases():
+    probs = np.array([0.5, 0.5, 0.0])
+    # no bias: the check fails at its level, alpha
+    assert power(1_000, probs, probs) == pytest.approx(ALPHA, rel=1e-6)
+    # mass where the check expects none fails on sight: at least 1 - (1 - m)^n
+    assert power(1_000, probs, np.array([0.4995, 0.4995, 0.001])) >= 1 - 0.999 ** 1_000
+    # a one-token law is checked exactly
+    assert power(10, np.array([1.0, 0.0]), np.array([0.9, 0.1])) == pytest.approx(1 - 0.9 ** 10)
+    # more samples detect smaller effects: w ~ 1 / sqrt(n)
+    assert detectable_effect(40_000, 3) == pytest.approx(detectable_effect(10_000, 3) / 2, rel=1e-9)
 
 
 # -- the sparse fast path against a plain reference ------------------------
@@ -309,10 +502,10 @@ def reference_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 
 
 PARAM_GRID = [
-    SamplingParams(t, k, p, m)
+    SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
     for t in (0.5, 1.0, 1.7)
     for k in (0, 1, 5, 40)
-    for p in (1.0, 0.9, 0.5)
+    for p in (1.0, 0.9, 0.5, 0.0)
     for m in (0.0, 0.05, 0.3)
 ]
 
@@ -332,7 +525,7 @@ def test_top_k_fallback_when_few_tokens_are_near_the_best():
     logits = np.full(1000, -200.0, dtype=np.float32)
     logits[[3, 500]] = [5.0, 4.0]
     logits[700:720] = np.linspace(-100, -150, 20)  # far beyond the 64-nat window
-    params = SamplingParams(1.0, 5, 1.0, 0.0)
+    params = plain(top_k=5)
     sp = sparse_probs(logits, params)
     assert list(sp.ids) == [3, 500, 700, 701, 702]
     np.testing.assert_allclose(sp.dense(1000), reference_probs(logits, params), atol=1e-12)
@@ -340,7 +533,7 @@ def test_top_k_fallback_when_few_tokens_are_near_the_best():
 
 def test_sparse_sampling_draws_the_same_token_as_dense():
     rng = np.random.default_rng(1)
-    params = SamplingParams(0.9, 20, 0.95, 0.02)
+    params = SamplingParams(temperature=0.9, top_k=20, top_p=0.95, min_p=0.02)
     for _ in range(200):
         sp = sparse_probs(rng.standard_normal(300) * 2, params)
         u = rng.random()
@@ -354,7 +547,7 @@ def test_verify_sparse_equals_verify_with_the_same_draws():
     """Same rows, same uniform draws: the sparse walk gives the dense result,
     and computes no target row past the first rejection."""
     rng = np.random.default_rng(2)
-    params = SamplingParams(1.0, 6, 1.0, 0.0)
+    params = plain(top_k=6)
     v = 50
     for trial in range(300):
         k = int(rng.integers(0, 5))
@@ -376,8 +569,8 @@ def test_verify_sparse_equals_verify_with_the_same_draws():
 
 
 def test_sparse_residual_matches_dense():
-    p = sparse_probs(np.log(P_EX), SamplingParams(1.0, 0, 1.0, 0.0))
-    q = sparse_probs(np.log(Q_EX), SamplingParams(1.0, 0, 1.0, 0.0))
+    p = sparse_probs(np.log(P_EX), plain())
+    q = sparse_probs(np.log(Q_EX), plain())
     r = sparse_residual(p, q)
     assert list(r.ids) == [1, 2]
     np.testing.assert_allclose(r.probs, [2 / 3, 1 / 3], atol=1e-12)

@@ -98,6 +98,8 @@ def write_model(
     types: list[int],
     *,
     name: str = "tiny",
+    eot: int | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
@@ -119,6 +121,10 @@ def write_model(
     w.add_eos_token_id(2)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
+    if eot is not None:
+        w.add_eot_token_id(eot)  # a second end-of-generation token
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     for tname, arr in weights.items():
         w.add_tensor(tname, arr)
     w.write_header_to_file()
@@ -128,14 +134,24 @@ def write_model(
     return path
 
 
-def write_pair(folder: Path, *, noise: float = 0.1, seed: int = 0) -> tuple[Path, Path]:
-    """A target and a perturbed draft sharing one vocabulary."""
+EOT_TEXT = "<|eot|>"
+
+
+def write_pair(folder: Path, *, noise: float = 0.1, seed: int = 0, with_eot: bool = False,
+               chat_template: str | None = None, prefix: str = "tiny") -> tuple[Path, Path]:
+    """A target and a perturbed draft sharing one vocabulary; ``with_eot``
+    appends a second end-of-generation token, ``EOT_TEXT`` (its id is the
+    last one)."""
     tokens, scores, types = vocabulary()
+    eot = None
+    if with_eot:
+        eot = len(tokens)
+        tokens, scores, types = tokens + [EOT_TEXT], scores + [0.0], types + [TOKEN_CONTROL]
     target_w = random_weights(len(tokens), seed)
-    target = write_model(folder / "tiny-target.gguf", target_w, tokens, scores, types, name="tiny-target")
-    draft = write_model(
-        folder / "tiny-draft.gguf", perturb(target_w, noise, seed + 1), tokens, scores, types, name="tiny-draft"
-    )
+    target = write_model(folder / f"{prefix}-target.gguf", target_w, tokens, scores, types, name=f"{prefix}-target",
+                         eot=eot, chat_template=chat_template)
+    draft = write_model(folder / f"{prefix}-draft.gguf", perturb(target_w, noise, seed + 1), tokens, scores, types,
+                        name=f"{prefix}-draft", eot=eot, chat_template=chat_template)
     return target, draft
 
 

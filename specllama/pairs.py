@@ -1,4 +1,5 @@
-"""Curated model pairs (models.txt), the local Hugging Face cache, and pulls.
+"""Curated draft/target pairs (``models.txt`` at the repository root), the
+local Hugging Face cache, and downloads.
 
 A pair name can stand wherever a GGUF path can: ``-m NAME`` is the pair's
 target, ``-md NAME`` its draft, ``--pair NAME`` both.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Callable
 
 from .errors import SpecLlamaError
@@ -63,9 +65,24 @@ def parse_models(text: str, source: str = "models.txt") -> dict[str, Pair]:
     return pairs
 
 
+MODELS_TXT = "models.txt"
+
+
+def models_txt() -> Path:
+    """The one list of pairs: the repository's ``models.txt`` (a checkout or
+    an editable install), or the copy a built wheel carries in the package."""
+    in_repo = Path(__file__).resolve().parent.parent / MODELS_TXT
+    if in_repo.is_file():
+        return in_repo
+    packaged = resources.files("specllama").joinpath(MODELS_TXT)
+    if packaged.is_file():
+        return Path(str(packaged))
+    raise SpecLlamaError(f"{MODELS_TXT} is missing from this installation (looked in {str(in_repo.parent)!r})")
+
+
 def curated_pairs() -> dict[str, Pair]:
-    text = resources.files("specllama").joinpath("models.txt").read_text(encoding="utf-8")
-    return parse_models(text)
+    path = models_txt()
+    return parse_models(path.read_text(encoding="utf-8"), str(path))
 
 
 def get_pair(name: str) -> Pair:

@@ -1,9 +1,9 @@
-"""The one module that owns llama-cpp-python.
+"""One loaded model and its KV cache, through llama-cpp-python.
 
-It loads a GGUF file, tokenizes, decodes a batch asking llama.cpp for logits
-only on the rows the caller needs (never an n_ctx x n_vocab buffer), and
-rewinds the KV cache. It keeps the list of tokens the cache holds, so callers
-can reuse a shared prefix instead of evaluating it again.
+It tokenizes, decodes a batch asking llama.cpp for logits only on the rows
+the caller needs (never an n_ctx x n_vocab buffer), and rewinds the KV
+cache. It keeps the list of tokens the cache holds, so callers can reuse a
+shared prefix instead of evaluating it again.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import sys
 import time
 from typing import Sequence
 
@@ -19,24 +18,11 @@ import numpy as np
 
 import llama_cpp
 
-from .compat import VocabInfo
-from .errors import SpecLlamaError
+from ..errors import SpecLlamaError
+from ..vocab import VocabInfo
+from .files import check_gguf_file
+from .log import quiet_stderr
 
-# llama.cpp's log goes to this callback; it prints only while a model is
-# loaded with verbose=True. (llama-cpp-python's own callback maps the current
-# log levels wrongly and prints warnings as errors.)
-_log_verbose = False
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    if _log_verbose:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
-
-
-llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-
-GGUF_MAGIC = b"GGUF"
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
 DEFAULT_N_GPU_LAYERS = 0
@@ -50,63 +36,6 @@ def is_llama(obj: object) -> bool:
 def default_threads() -> int:
     """All cores (llama-cpp-python's own default is half of them)."""
     return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _quiet_stderr(enabled: bool):
-    """Silence what llama.cpp prints while loading: its log, and what goes
-    straight to file descriptor 2."""
-    global _log_verbose
-    if not enabled:
-        _log_verbose = True
-        try:
-            yield
-        finally:
-            _log_verbose = False
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def check_gguf_file(path: str | os.PathLike) -> str:
-    """Return ``path`` as a string if it names a readable GGUF file; raise
-    :class:`SpecLlamaError` otherwise."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise SpecLlamaError(f"model file not found: {path!r} (expected a path to a .gguf file)")
-    if os.path.isdir(path):
-        raise SpecLlamaError(f"model path is a directory: {path!r} (expected a path to a .gguf file)")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise SpecLlamaError(f"cannot read model file {path!r}: {e.strerror}") from None
-    if magic != GGUF_MAGIC:
-        raise SpecLlamaError(f"not a GGUF file: {path!r} (it starts with {magic!r}, a GGUF file with b'GGUF')")
-    return path
-
-
-def quantize(src: str, dst: str, *, ftype: int = llama_cpp.LLAMA_FTYPE_ALL_F32, n_threads: int = 0) -> None:
-    """Re-encode the GGUF model ``src`` as ``ftype`` (default F32) into ``dst``."""
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True
-    params.nthread = n_threads
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
-    if rc != 0:
-        raise SpecLlamaError(f"llama.cpp could not re-encode {src!r} as type {ftype} (code {rc})")
 
 
 class LlamaModel:
@@ -140,7 +69,7 @@ class LlamaModel:
             n_threads = default_threads()
         self._requested_n_ctx = n_ctx
         try:
-            with _quiet_stderr(not verbose):
+            with quiet_stderr(not verbose):
                 self.llama = llama_cpp.Llama(
                     model_path=self.path,
                     n_ctx=n_ctx,
@@ -156,7 +85,11 @@ class LlamaModel:
                     verbose=verbose,
                 )
         except (ValueError, RuntimeError) as e:
-            raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}") from None
+            hint = ""
+            if "context" in str(e).lower():
+                hint = (f" (the KV cache for a context of {n_ctx} tokens may not fit in memory: "
+                        "try a smaller -c/--ctx-size)")
+            raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}{hint}") from None
         self._attach(owns_llama=True)
 
     @classmethod
@@ -211,6 +144,22 @@ class LlamaModel:
     @property
     def eos(self) -> int:
         return int(llama_cpp.llama_vocab_eos(self._vocab))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The GGUF file's key/value metadata (``tokenizer.chat_template``,
+        ``general.architecture``, ...)."""
+        return dict(self.llama.metadata)
+
+    @property
+    def bos_text(self) -> str:
+        """The BOS token spelled out (``<bos>``), for chat templates."""
+        return self.detokenize_special(self.bos) if self.bos >= 0 else ""
+
+    @property
+    def eos_text(self) -> str:
+        """The EOS token spelled out (``<eos>``), for chat templates."""
+        return self.detokenize_special(self.eos) if self.eos >= 0 else ""
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
@@ -270,6 +219,9 @@ class LlamaModel:
             distribution after tokens[: len(tokens) - n_logits + j + 1].
         """
         n = len(tokens)
+        if n and not (0 <= min(tokens) and max(tokens) < self.n_vocab):
+            bad = next(t for t in tokens if not 0 <= t < self.n_vocab)
+            raise SpecLlamaError(f"token id {bad} is out of range 0..{self.n_vocab - 1} (the vocabulary of {self.path!r})")
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits must be in [0, {n}], got {n_logits}")
         if len(self.tokens) + n > self.n_ctx:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specllama.models import curated_pairs, parse_models
+from specllama.pairs import curated_pairs, parse_models
 
 from .hub_server import HubServer
 

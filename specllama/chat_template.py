@@ -1,0 +1,468 @@
+"""Chat messages to prompt text: the GGUF's own Jinja template, or a named format.
+
+Pure Python and jinja2 (no llama_cpp): a GGUF's ``tokenizer.chat_template`` and
+the named formats below, themselves Jinja templates, go through one render path,
+in the sandbox Hugging Face uses for chat templates, with the globals those
+templates expect (``raise_exception``, ``strftime_now``, a ``tojson`` filter).
+
+No format drops text without saying so. After rendering, every message's text
+must be in the prompt. If it is not, or the template raises (some refuse the
+system role), the system text is merged into the first user message and the
+conversation rendered again; if text is still missing, :meth:`ChatTemplate.render`
+raises a ``ValueError`` naming the template and the message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
+
+# The roles a message may have; "developer" is OpenAI's newer name for "system".
+ROLES = ("system", "developer", "user", "assistant")
+ROLE_ALIASES = {"developer": "system"}
+
+GGUF_TEMPLATE_KEY = "tokenizer.chat_template"
+GGUF_TEMPLATE_NAME = "model"
+
+FALLBACK_CHAT_FORMAT = "chatml"
+# For GGUF files without a template: the named format of their family
+# ("llama" is decided by the BOS text, see _format_for_architecture).
+FORMAT_BY_ARCHITECTURE = {
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3n": "gemma",
+    "qwen": "chatml",
+    "qwen2": "chatml",
+    "qwen2moe": "chatml",
+    "qwen3": "chatml",
+    "qwen3moe": "chatml",
+    "phi3": "phi-3",
+}
+LLAMA3_BOS = "<|begin_of_text|>"
+
+# Reasoning that templates (Qwen3, DeepSeek-R1) drop from earlier assistant turns
+# by design: only the text after it has to be in the prompt.
+THINK_END = "</think>"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered conversation.
+
+    Attributes:
+        text: the prompt text.
+        stop: stop strings for the reply (non-empty strings only).
+        has_bos: the text already starts with the BOS token's text, so the caller
+            tokenizes it with ``add_bos=False`` (else ``add_bos=True``).
+    """
+
+    text: str
+    stop: list[str]
+    has_bos: bool
+
+
+@dataclass(frozen=True)
+class NamedFormat:
+    """A named format: its Jinja template and the stop strings of its replies."""
+
+    template: str
+    stop: tuple[str, ...]
+
+
+# The named formats. None writes the BOS text: the caller adds BOS when it
+# tokenizes (has_bos is False), as llama-cpp-python does for its named formats.
+# Formats without a system role fold a first system message into the first
+# turn, as Gemma's own template does, and refuse one anywhere else (render then
+# merges it into the first user message).
+_NO_SYSTEM_ROLE = (
+    "{% if messages and messages[0]['role'] == 'system' and messages[0]['content'] %}"
+    "{% set first_prefix = messages[0]['content'] + '\\n\\n' %}"
+    "{% else %}{% set first_prefix = '' %}{% endif %}"
+    "{% set loop_messages = messages[1:] if messages and messages[0]['role'] == 'system' else messages %}"
+)
+_REFUSE_LATER_SYSTEM = (
+    "{% if message['role'] == 'system' %}"
+    "{{ raise_exception('this format has no system role: only a first system message can be folded "
+    "into the first turn') }}{% endif %}"
+)
+
+NAMED_FORMATS: dict[str, NamedFormat] = {
+    # OpenHermes / Qwen: <|im_start|>role\ntext<|im_end|>\n
+    "chatml": NamedFormat(
+        "{% for message in messages %}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        ("<|im_end|>",),
+    ),
+    # Gemma 1-3 (their templates, without the leading bos_token): no system role,
+    # the system text opens the first user turn.
+    "gemma": NamedFormat(
+        _NO_SYSTEM_ROLE
+        + "{% for message in loop_messages %}"
+        + _REFUSE_LATER_SYSTEM
+        + "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n'"
+        " + (first_prefix if loop.first else '') + (message['content'] | trim) + '<end_of_turn>\\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
+        ("<end_of_turn>",),
+    ),
+    # Meta's Llama 2 chat: [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] reply </s><s>[INST] ...
+    "llama-2": NamedFormat(
+        "{% if messages and messages[0]['role'] == 'system' %}"
+        "{% set system_block = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}"
+        "{% set loop_messages = messages[1:] %}"
+        "{% else %}{% set system_block = '' %}{% set loop_messages = messages %}{% endif %}"
+        "{% for message in loop_messages %}"
+        + _REFUSE_LATER_SYSTEM
+        + "{% if message['role'] == 'user' %}"
+        "{{ ('' if loop.first else '<s>') + '[INST] ' + (system_block if loop.first else '')"
+        " + (message['content'] | trim) + ' [/INST]' }}"
+        "{% else %}{{ ' ' + (message['content'] | trim) + ' </s>' }}{% endif %}"
+        "{% endfor %}",
+        ("</s>",),
+    ),
+    # Meta's Llama 3 instruct (its template, without the leading bos_token).
+    "llama-3": NamedFormat(
+        "{% for message in messages %}"
+        "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + (message['content'] | trim)"
+        " + '<|eot_id|>' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+        ("<|eot_id|>",),
+    ),
+    # Mistral / Mixtral instruct: [INST] user [/INST]reply</s>[INST] ...; no system role.
+    "mistral-instruct": NamedFormat(
+        _NO_SYSTEM_ROLE
+        + "{% for message in loop_messages %}"
+        + _REFUSE_LATER_SYSTEM
+        + "{% if message['role'] == 'user' %}"
+        "{{ '[INST] ' + (first_prefix if loop.first else '') + message['content'] + ' [/INST]' }}"
+        "{% else %}{{ (first_prefix if loop.first else '') + message['content'] + '</s>' }}{% endif %}"
+        "{% endfor %}",
+        ("</s>",),
+    ),
+    # Microsoft Phi-3 / Phi-3.5: <|role|>\ntext<|end|>\n
+    "phi-3": NamedFormat(
+        "{% for message in messages %}"
+        "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+        ("<|end|>",),
+    ),
+    # HuggingFaceH4 Zephyr (also TinyLlama chat): <|role|>\ntext</s>\n
+    "zephyr": NamedFormat(
+        "{% for message in messages %}"
+        "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '</s>\\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+        ("</s>",),
+    ),
+}
+
+
+def chat_format_names() -> list[str]:
+    """The named chat formats this module ships, sorted."""
+    return sorted(NAMED_FORMATS)
+
+
+def check_chat_format(name: str | None) -> None:
+    """Raise ``ValueError`` unless ``name`` is None or a known format name."""
+    if name is not None and name not in NAMED_FORMATS:
+        raise ValueError(f"unknown chat format {name!r}; known: {', '.join(chat_format_names())}")
+
+
+# ------------------------------------------------------------------ messages
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _content_text(i: int, content: object) -> str:
+    """A message's content as one string (text parts joined with newlines)."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        raise ValueError(f"messages[{i}] has no 'content' (a string, or a list of text parts, is needed)")
+    if not isinstance(content, (list, tuple)):
+        raise ValueError(f"messages[{i}] has content {_short(content)}: a string, or a list of text parts, is needed")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+        if kind != "text":
+            raise ValueError(
+                f"messages[{i}] has a content part of type {kind!r}: only text parts "
+                f"({{'type': 'text', 'text': ...}}) are supported"
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise ValueError(f"messages[{i}] content part {j} is a text part without a string 'text': {_short(part)}")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def normalize_messages(messages: object) -> list[dict[str, str]]:
+    """Validate OpenAI / llama-cpp-python style messages.
+
+    Args:
+        messages: a non-empty list (or tuple) of dicts with a ``role`` (system,
+            developer, user or assistant) and a ``content``: a string, or a list
+            of text parts ``{"type": "text", "text": ...}``.
+
+    Returns:
+        new ``{"role", "content"}`` dicts with string content; "developer" becomes
+        "system", text parts are joined with newlines. The input is not changed.
+    """
+    shape = "messages must be a non-empty list of {'role': ..., 'content': ...} dicts"
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError(f"{shape}, got {_short(messages)}")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"{shape}, got messages[{i}] = {_short(message)}")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ValueError(
+                f"messages[{i}] has role {_short(role)}; accepted roles: system, developer (as system), "
+                f"user, assistant"
+            )
+        content = _content_text(i, message.get("content"))
+        out.append({"role": ROLE_ALIASES.get(role, role), "content": content})
+    return out
+
+
+def _merge_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation without system messages: their text ("\\n\\n"-joined)
+    opens the first user message, or becomes one if there is none."""
+    system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    prefix = "\n\n".join(system)
+    for m in rest:
+        if m["role"] == "user":
+            m["content"] = f"{prefix}\n\n{m['content']}"
+            return rest
+    return [{"role": "user", "content": prefix}] + rest
+
+
+def _missing(messages: list[dict[str, str]], text: str) -> int | None:
+    """The index of the first message whose text is not in ``text``, or None.
+
+    Outer whitespace aside (templates trim), the user and assistant texts must
+    appear in order; system texts anywhere (some templates move them).
+    """
+    cursor = 0
+    for i, m in enumerate(messages):
+        needle = m["content"]
+        if m["role"] == "assistant" and THINK_END in needle:
+            needle = needle.rsplit(THINK_END, 1)[1]
+        needle = needle.strip()
+        if not needle:  # "" is in any text
+            continue
+        if m["role"] == "system":
+            if needle not in text:
+                return i
+            continue
+        at = text.find(needle, cursor)
+        if at < 0:
+            return i
+        cursor = at + len(needle)
+    return None
+
+
+# ------------------------------------------------------------------ Jinja
+
+
+class _TemplateRaised(Exception):
+    """``raise_exception(...)`` called by a template."""
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # as transformers' chat templates: no HTML escaping, non-ASCII kept
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (transformers marks the
+    assistant's text with it): renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _GenerationTag]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+class ChatTemplate:
+    """Messages to a :class:`Rendered` prompt, through one Jinja template.
+
+    Made by :func:`chat_template_for`.
+
+    Attributes:
+        name: "model" for the GGUF's own template, else the format's name.
+        origin: where it came from, in words, for a banner.
+        source: the Jinja template text.
+    """
+
+    def __init__(self, source: str, *, name: str, origin: str, stop: Sequence[str], bos_token: str,
+                 eos_token: str) -> None:
+        self.source = source
+        self.name = name
+        self.origin = origin
+        self.stop = [s for s in stop if s]
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        # how errors name it
+        self._what = "the model's chat template" if name == GGUF_TEMPLATE_NAME else f"chat format {name!r}"
+        try:
+            self._template = _environment().from_string(source)
+        except jinja2.TemplateSyntaxError as e:
+            raise ValueError(
+                f"{self._what} does not compile: {_one_line(e)} (line {e.lineno}); "
+                f"--chat-format picks a named format"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate(name={self.name!r}, origin={self.origin!r})"
+
+    def _render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        """The template's text; ``ValueError`` with one line if it fails."""
+        try:
+            return self._template.render(
+                messages=messages,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                add_generation_prompt=add_generation_prompt,
+                # as transformers passes them when there are none ("is not none" tests)
+                tools=None,
+                documents=None,
+            )
+        except _TemplateRaised as e:
+            raise ValueError(f"{self._what} refused the messages: {_one_line(e)}") from None
+        except Exception as e:  # a foreign template: any failure is its failure
+            raise ValueError(f"{self._what} failed: {type(e).__name__}: {_one_line(e)}") from None
+
+    def render(self, messages: object, *, add_generation_prompt: bool = True) -> Rendered:
+        """Render a conversation.
+
+        Args:
+            messages: as for :func:`normalize_messages`.
+            add_generation_prompt: end with the opening of the assistant's turn.
+
+        Returns:
+            the prompt text, the stop strings, and whether the text starts with BOS.
+
+        Raises:
+            ValueError: bad messages, or the template fails or leaves out a
+                message's text, also with the system text merged into the first
+                user message.
+        """
+        conversation = normalize_messages(messages)
+        try:
+            text = self._render_text(conversation, add_generation_prompt)
+            missing = _missing(conversation, text)
+            problem = None
+        except ValueError as e:
+            text, missing, problem = "", None, e
+        if problem is None and missing is None:
+            return self._rendered(text)
+        if not any(m["role"] == "system" for m in conversation):
+            raise problem or self._left_out(conversation, missing, merged=False)
+        # Retry without a system role: its text opens the first user message.
+        # The check is against the original messages, the system ones included.
+        try:
+            text = self._render_text(_merge_system(conversation), add_generation_prompt)
+        except ValueError as e:
+            raise ValueError(f"{e} (also with the system text merged into the first user message)") from None
+        missing = _missing(conversation, text)
+        if missing is not None:
+            raise self._left_out(conversation, missing, merged=True)
+        return self._rendered(text)
+
+    def _rendered(self, text: str) -> Rendered:
+        return Rendered(text, list(self.stop), bool(self.bos_token) and text.startswith(self.bos_token))
+
+    def _left_out(self, conversation: list[dict[str, str]], i: int, *, merged: bool) -> ValueError:
+        also = " (also with the system text merged into the first user message)" if merged else ""
+        return ValueError(
+            f"{self._what} leaves out the text of messages[{i}] (role {conversation[i]['role']!r}){also}; "
+            f"--chat-format picks another format"
+        )
+
+
+def _format_for_architecture(architecture: str, bos_token: str) -> str:
+    if architecture == "llama":
+        # Llama 3 GGUFs carry their template; one without it, or an older
+        # "llama" file (Llama 2, its fine-tunes), is told apart by the BOS text.
+        return "llama-3" if bos_token == LLAMA3_BOS else "llama-2"
+    return FORMAT_BY_ARCHITECTURE.get(architecture, FALLBACK_CHAT_FORMAT)
+
+
+def chat_template_for(metadata: Mapping[str, str], *, bos_token: str, eos_token: str,
+                      chat_format: str | None = None) -> ChatTemplate:
+    """The chat template for a model.
+
+    Args:
+        metadata: the GGUF's key/value metadata (``Llama.metadata``): its
+            "tokenizer.chat_template" and "general.architecture" are read.
+        bos_token, eos_token: the text of the model's BOS and EOS tokens
+            ("" if it has none).
+        chat_format: a named format (:func:`chat_format_names`), which overrides
+            the GGUF's template; None: the GGUF's template, else the named format
+            of the model's family.
+
+    Returns:
+        the :class:`ChatTemplate`. A GGUF template's stop string is the EOS text;
+        a named format has its own.
+
+    Raises:
+        ValueError: an unknown format name, or a template that does not compile.
+    """
+    check_chat_format(chat_format)
+    if chat_format is None:
+        source = metadata.get(GGUF_TEMPLATE_KEY)
+        if source:
+            return ChatTemplate(source, name=GGUF_TEMPLATE_NAME, origin="the model's chat template",
+                                stop=[eos_token], bos_token=bos_token, eos_token=eos_token)
+        name = _format_for_architecture(metadata.get("general.architecture", ""), bos_token)
+        origin = f"no chat template in the model; using {name!r} (--chat-format to change)"
+    else:
+        name, origin = chat_format, f"chat format {chat_format!r}"
+    fmt = NAMED_FORMATS[name]
+    return ChatTemplate(fmt.template, name=name, origin=origin, stop=fmt.stop, bos_token=bos_token,
+                        eos_token=eos_token)

@@ -1,0 +1,99 @@
+"""The one way to open a target and a draft: from a GGUF path, a curated
+pair name, an existing ``llama_cpp.Llama``, or ``"prompt-lookup"`` (the demo
+pair when nothing is named), joined into a :class:`SpeculativeEngine`.
+Whatever fails, what was opened is closed again."""
+
+from __future__ import annotations
+
+import os
+
+from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, is_llama
+from .demo import demo_pair
+from .drafters import PROMPT_LOOKUP
+from .engine import SpeculativeEngine
+from .errors import SpecLlamaError
+from .pairs import get_pair, resolve_model
+
+
+def resolve_paths(model: object, draft: object, pair: str | None = None) -> tuple[object, object]:
+    """What to load for the target and the draft.
+
+    Paths and ``Llama`` objects stay as they are; a curated pair name
+    (models.txt) stands for its cached file; ``pair`` fills in whichever of
+    the two is not given; with nothing given, the demo pair.
+    """
+    if pair is not None:
+        get_pair(pair)  # an unknown name is an error here, not a missing file
+        model = pair if model is None else model
+        draft = pair if draft is None else draft
+    if model is None and draft is None:
+        return demo_pair()
+    if model is None:
+        raise SpecLlamaError(f"a draft model was given ({draft!r}) but no target: add -m/--model TARGET.gguf")
+    return _resolve(model, "target"), _resolve(draft, "draft")
+
+
+def _resolve(source: object, role: str) -> object:
+    if source is None or is_llama(source) or (role == "draft" and source == PROMPT_LOOKUP):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return resolve_model(os.fspath(source), role)
+    accepted = "a GGUF path, a pair name or a llama_cpp.Llama" + (f" or {PROMPT_LOOKUP!r}" if role == "draft" else "")
+    raise SpecLlamaError(f"{role} must be {accepted}, got {source!r}")
+
+
+def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool) -> LlamaModel:
+    if is_llama(source):
+        return LlamaModel.from_llama(source)  # type: ignore[arg-type]
+    return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,  # type: ignore[arg-type]
+                      verbose=verbose)
+
+
+def open_engine(
+    model: object = None,
+    draft: object = None,
+    *,
+    pair: str | None = None,
+    use_draft: bool = True,
+    n_ctx: int = DEFAULT_N_CTX,
+    n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
+    n_gpu_layers_draft: int | None = None,
+    n_threads: int | None = None,
+    verbose: bool = False,
+) -> SpeculativeEngine:
+    """Load the target (and, if ``use_draft``, the draft) and check they match.
+
+    Args:
+        model: target GGUF path, pair name or ``llama_cpp.Llama`` (None with
+            draft None: the demo pair).
+        draft: draft GGUF path, pair name, ``llama_cpp.Llama`` or
+            ``"prompt-lookup"`` (None: target-only decoding).
+        pair: a curated pair name for whichever of model/draft is None.
+        use_draft: False skips loading the draft (for ``draft_max=0``).
+        n_ctx: context size of models opened from files (a draft opened from
+            a file gets the target's actual context).
+        n_gpu_layers: target layers to offload to the GPU.
+        n_gpu_layers_draft: draft layers to offload (None: as the target).
+        n_threads: CPU threads for both.
+        verbose: let llama.cpp print its load log.
+
+    Raises:
+        SpecLlamaError: a missing or unreadable file, an unknown pair, a
+            vocabulary mismatch; nothing stays open then.
+    """
+    target_src, draft_src = resolve_paths(model, draft, pair)
+    target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
+    draft_model = None
+    try:
+        if not use_draft or draft_src is None:
+            return SpeculativeEngine(target, None)
+        if draft_src == PROMPT_LOOKUP:
+            return SpeculativeEngine(target, PROMPT_LOOKUP)
+        ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
+        draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads, verbose=verbose)
+        return SpeculativeEngine(target, draft_model)
+    except BaseException:
+        if draft_model is not None:
+            draft_model.close()
+        target.close()
+        raise

@@ -1,0 +1,263 @@
+"""The one place where generation options are checked.
+
+Every surface (the CLI, ``SpeculativeLlama``, the HTTP server) turns its
+input into the keyword arguments of :func:`specllama.generate.stream_generate`
+through :func:`generation_kwargs`. Surfaces differ only in a *policy*: what a
+value means where their users come from.
+
+* ``"llama-cpp-python"``: ``max_tokens`` None or <= 0 generates until the
+  context is full, as ``Llama.create_completion`` does; a seed of -1 is a
+  fresh one.
+* ``"openai"``: ``max_tokens`` >= 1 (None: until the context is full),
+  temperature in [0, 2], presence/frequency penalties in [-2, 2].
+* ``"cli"``: llama.cpp's flag rules (click checks the ranges; the values
+  reach here already typed).
+
+A bad value raises :class:`~specllama.errors.SpecLlamaError` (a ValueError)
+naming the option, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Mapping, Sequence
+
+from .errors import SpecLlamaError
+from .processors import DEFAULT_PENALTY_LAST_N, as_list, chain, logit_bias as bias_processor, penalties
+from .sampling import SamplingParams
+
+POLICIES = ("llama-cpp-python", "openai", "cli")
+RULES = ("token", "block")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+
+
+def check_max_tokens(value: object, policy: str = "cli") -> int | None:
+    """``max_tokens`` as the engine takes it: None (until the context is
+    full) or a count >= 1."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise SpecLlamaError(f"max_tokens must be an integer or None, got {value!r}")
+    value = int(value)  # type: ignore[arg-type]
+    if value < 1:
+        if policy == "llama-cpp-python":
+            return None  # llama-cpp-python: <= 0 means until the context is full
+        raise SpecLlamaError(f"max_tokens must be an integer >= 1 (or None: until the context is full), got {value}")
+    return value
+
+
+def check_stop(value: object) -> tuple[str, ...]:
+    """``stop``: None, a string, or a list of strings (empty ones ignored)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, (list, tuple)):
+        for i, s in enumerate(value):
+            if not isinstance(s, str):
+                raise SpecLlamaError(f"stop[{i}] must be a string, got {s!r} (stop takes a string or a list of strings)")
+        return tuple(s for s in value if s)
+    raise SpecLlamaError(f"stop must be a string or a list of strings, got {value!r}")
+
+
+def check_draft(draft_max: object, draft_min: object = 0) -> tuple[int, int]:
+    """``draft_max`` (the most tokens drafted per target pass, 0: none) and
+    ``draft_min`` (the least the adaptive policy may draft)."""
+    for name, v in (("draft_max", draft_max), ("draft_min", draft_min)):
+        if not _is_int(v) or int(v) < 0:  # type: ignore[arg-type]
+            raise SpecLlamaError(f"{name} must be an integer >= 0, got {v!r}")
+    if int(draft_min) > int(draft_max) and int(draft_max) > 0:  # type: ignore[arg-type]
+        raise SpecLlamaError(f"draft_min ({draft_min}) must not exceed draft_max ({draft_max})")
+    return int(draft_max), int(draft_min)  # type: ignore[arg-type]
+
+
+def check_rule(rule: object) -> str:
+    if rule not in RULES:
+        raise SpecLlamaError(f"rule must be one of {', '.join(RULES)} (the acceptance rule), got {rule!r}")
+    return rule  # type: ignore[return-value]
+
+
+def check_logit_bias(value: object, n_vocab: int) -> dict[int, float]:
+    """``logit_bias``: token id (an int, or its decimal string as JSON
+    carries it) -> a finite number."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecLlamaError(f"logit_bias must be a mapping of token id -> bias, got {value!r}")
+    out: dict[int, float] = {}
+    for key, bias in value.items():
+        token = key
+        if isinstance(key, str) and key.strip().lstrip("-").isdigit():
+            token = int(key)
+        if not _is_int(token) or not 0 <= int(token) < n_vocab:  # type: ignore[arg-type]
+            raise SpecLlamaError(f"logit_bias key {key!r} is not a token id in 0..{n_vocab - 1}")
+        if not _is_number(bias) or not math.isfinite(float(bias)):  # type: ignore[arg-type]
+            raise SpecLlamaError(f"logit_bias[{key!r}] must be a finite number, got {bias!r}")
+        out[int(token)] = out.get(int(token), 0.0) + float(bias)  # type: ignore[arg-type]
+    return out
+
+
+def check_seed(value: object, policy: str = "cli") -> int | None:
+    """None or -1: fresh randomness; else an integer >= 0."""
+    if value is None:
+        return None
+    if not _is_int(value) or int(value) < -1:  # type: ignore[arg-type]
+        raise SpecLlamaError(f"seed must be an integer >= 0 (or -1 / None: a fresh one), got {value!r}")
+    return None if int(value) == -1 else int(value)  # type: ignore[arg-type]
+
+
+def _check_number(name: str, value: object, lo: float | None, hi: float | None, *, lo_open: bool = False) -> float:
+    ok = _is_number(value) and math.isfinite(float(value))  # type: ignore[arg-type]
+    if ok:
+        v = float(value)  # type: ignore[arg-type]
+        ok = (lo is None or (v > lo if lo_open else v >= lo)) and (hi is None or v <= hi)
+    if not ok:
+        lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo:g}"
+        hi_s = "" if hi is None else f"<= {hi:g}"
+        rng = " and ".join(s for s in (lo_s, hi_s) if s)
+        raise SpecLlamaError(f"{name} must be a finite number{' ' + rng if rng else ''}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def sampling_params(*, temperature: object, top_k: object, top_p: object, min_p: object, seed: object = None,
+                    policy: str = "cli") -> SamplingParams:
+    """The sampling transforms, checked under ``policy``."""
+    check_policy(policy)
+    _check_number("temperature", temperature, 0.0, 2.0 if policy == "openai" else None)
+    if not _is_int(top_k) or int(top_k) < 0:  # type: ignore[arg-type]
+        raise SpecLlamaError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
+    _check_number("top_p", top_p, 0.0, 1.0)
+    _check_number("min_p", min_p, 0.0, 1.0)
+    try:
+        return SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),  # type: ignore[arg-type]
+                              min_p=float(min_p), seed=check_seed(seed, policy))
+    except ValueError as e:
+        raise SpecLlamaError(str(e)) from None
+
+
+def processor_for(
+    *,
+    n_vocab: int,
+    logits_processor: object = None,
+    logit_bias: object = None,
+    repeat_penalty: object = 1.0,
+    repeat_last_n: object = DEFAULT_PENALTY_LAST_N,
+    presence_penalty: object = 0.0,
+    frequency_penalty: object = 0.0,
+    n_ctx: int | None = None,
+    policy: str = "cli",
+):
+    """The one processor for a call: the user's processors, then
+    ``logit_bias``, then the penalties (llama-cpp-python's order), checked."""
+    _check_number("repeat_penalty", repeat_penalty, 0.0, None, lo_open=True)
+    bound = 2.0 if policy == "openai" else None
+    presence = _check_number("presence_penalty", presence_penalty, -bound if bound else None, bound)
+    frequency = _check_number("frequency_penalty", frequency_penalty, -bound if bound else None, bound)
+    if not _is_int(repeat_last_n) or int(repeat_last_n) < -1:  # type: ignore[arg-type]
+        raise SpecLlamaError(f"repeat_last_n must be an integer >= -1 (0: off, -1: the whole context), got {repeat_last_n!r}")
+    last_n = int(repeat_last_n)  # type: ignore[arg-type]
+    if last_n == -1:
+        last_n = n_ctx if n_ctx is not None else 1 << 30
+    try:
+        user = as_list(logits_processor)
+    except ValueError as e:
+        raise SpecLlamaError(str(e)) from None
+    return chain(user + [bias_processor(check_logit_bias(logit_bias, n_vocab)),
+                         penalties(repeat_penalty=float(repeat_penalty), presence_penalty=presence,  # type: ignore[arg-type]
+                                   frequency_penalty=frequency, last_n=last_n)])
+
+
+def check_stopping_criteria(value: object) -> Callable | None:
+    """llama-cpp-python's ``stopping_criteria``: None, a callable
+    ``(input_ids, logits) -> bool``, or a list of them (any one stops)."""
+    if value is None:
+        return None
+    items = [value] if callable(value) and not isinstance(value, (list, tuple)) else list(value)  # type: ignore[call-overload]
+    for i, c in enumerate(items):
+        if not callable(c):
+            raise SpecLlamaError(f"stopping_criteria[{i}] must be a callable (input_ids, logits) -> bool, got {c!r}")
+    if len(items) == 1:
+        return items[0]
+    return lambda ids, logits: any(c(ids, logits) for c in items)
+
+
+def generation_kwargs(
+    *,
+    policy: str,
+    n_vocab: int,
+    n_ctx: int | None = None,
+    temperature: object,
+    top_k: object,
+    top_p: object,
+    min_p: object,
+    seed: object = None,
+    max_tokens: object = None,
+    stop: object = None,
+    repeat_penalty: object = 1.0,
+    repeat_last_n: object = DEFAULT_PENALTY_LAST_N,
+    presence_penalty: object = 0.0,
+    frequency_penalty: object = 0.0,
+    logit_bias: object = None,
+    logits_processor: object = None,
+    stopping_criteria: object = None,
+    draft_max: object,
+    draft_min: object = 0,
+    adaptive: bool = True,
+    rule: object = "token",
+) -> dict[str, Any]:
+    """Check a call's options; return the keyword arguments of
+    :func:`~specllama.generate.stream_generate` (``params``, ``max_tokens``,
+    ``stop``, ``processor``, ``stopping_criteria``, ``draft_max``,
+    ``draft_min``, ``adaptive``, ``rule``)."""
+    check_policy(policy)
+    d_max, d_min = check_draft(draft_max, draft_min)
+    return {
+        "params": sampling_params(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                  policy=policy),
+        "max_tokens": check_max_tokens(max_tokens, policy),
+        "stop": check_stop(stop),
+        "processor": processor_for(n_vocab=n_vocab, logits_processor=logits_processor, logit_bias=logit_bias,
+                                   repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   n_ctx=n_ctx, policy=policy),
+        "stopping_criteria": check_stopping_criteria(stopping_criteria),
+        "draft_max": d_max,
+        "draft_min": d_min,
+        "adaptive": bool(adaptive),
+        "rule": check_rule(rule),
+    }
+
+
+def check_prompt_text(prompt: str) -> str:
+    """A text prompt must be valid Unicode that encodes as UTF-8 (a shell
+    can hand over raw bytes that do not)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
+        raise SpecLlamaError(
+            f"the prompt is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text"
+        ) from None
+    return prompt
+
+
+def check_prompt_tokens(tokens: Sequence[object], n_vocab: int) -> list[int]:
+    out = []
+    for t in tokens:
+        if not _is_int(t) or not 0 <= int(t) < n_vocab:  # type: ignore[arg-type]
+            raise SpecLlamaError(f"prompt token id {t!r} is out of range 0..{n_vocab - 1}")
+        out.append(int(t))  # type: ignore[arg-type]
+    return out
