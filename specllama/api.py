@@ -23,7 +23,7 @@ from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .opener import open_engine
-from .options import check_draft, check_rule, check_seed, generation_kwargs
+from .options import check_draft, check_policy, check_rule, check_seed, generation_kwargs
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -31,9 +31,9 @@ POLICY = "llama-cpp-python"
 
 # Options llama-cpp-python takes that would change the output and that
 # speculative decoding here cannot honour: refused unless left neutral.
-NEUTRAL = {"suffix": None, "logprobs": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
+NEUTRAL = {"suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
            "grammar": None, "response_format": None, "functions": None, "tools": None,
-           "function_call": None, "tool_choice": None, "top_logprobs": None}
+           "function_call": None, "tool_choice": None}
 IGNORED = {"mirostat_tau", "mirostat_eta", "user"}  # no effect with mirostat off / on the output
 
 
@@ -155,11 +155,14 @@ class SpeculativeLlama:
         adaptive: bool = True,
         rule: str = "token",
         chat_format: str | None = None,
+        policy: str = POLICY,
     ) -> None:
         # the options are checked before anything is loaded
+        check_policy(policy)
         check_draft(draft_max, draft_min)
         check_rule(rule)
-        seed = check_seed(seed, POLICY)
+        seed = check_seed(seed, policy)
+        self.policy = policy
         self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                                   n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose)
         self._target = self.engine.target
@@ -249,27 +252,32 @@ class SpeculativeLlama:
         frequency_penalty: float = 0.0,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
+        logprobs: int | None = None,
         draft_max: int | None = None,
+        timings: bool = False,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
         dict, or with ``stream=True`` an iterator of its chunks.
 
         ``max_tokens`` None or <= 0 generates until the context is full, as
-        in llama-cpp-python; ``draft_max`` overrides the instance's for this
-        call (0: no drafting)."""
+        in llama-cpp-python. ``logprobs=N`` reports each token's
+        log-probability under the processed target distribution with the N
+        likeliest alternatives. Extensions: ``draft_max`` overrides the
+        instance's for this call (0: no drafting); ``timings=True`` adds
+        llama-server's ``timings`` object to the last chunk."""
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                    logit_bias=logit_bias, logits_processor=logits_processor,
-                                   stopping_criteria=stopping_criteria), unsupported, draft_max)
+                                   stopping_criteria=stopping_criteria, logprobs=logprobs), unsupported, draft_max)
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
-        echo_text = ""
-        if echo:  # the prompt as given (a token prompt, as its text)
-            echo_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
-        chunks = _Stream(self._turns, lambda: self._completion_chunks(prompt_tokens, kwargs, model, echo_text,
-                                                                      usage=not stream))
+        # the prompt as given (a token prompt, as its text)
+        prompt_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
+        chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
+            prompt_tokens, kwargs, model, prompt_text if echo else "", usage=not stream, timings=timings,
+            offset=len(prompt_text))))
         return chunks if stream else _collect_completion(chunks)
 
     def create_chat_completion(
@@ -291,26 +299,37 @@ class SpeculativeLlama:
         frequency_penalty: float = 0.0,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
         draft_max: int | None = None,
+        timings: bool = False,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
         dict, or with ``stream=True`` an iterator of ``chat.completion.chunk``.
 
         Messages are checked: roles system/developer/user/assistant, content
-        a string or a list of text parts; no message is ever dropped."""
+        a string or a list of text parts; no message is ever dropped.
+        ``logprobs=True`` (with ``top_logprobs=N`` alternatives) gives
+        OpenAI's ``logprobs.content`` entries."""
+        if not isinstance(logprobs, bool):
+            raise ValueError(f"logprobs must be true or false for chat completions, got {logprobs!r}")
+        if top_logprobs is not None and not logprobs:
+            raise ValueError("top_logprobs needs logprobs=True")
         rendered = self.chat_template().render(normalize_messages(messages))
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                    logit_bias=logit_bias, logits_processor=logits_processor,
-                                   stopping_criteria=stopping_criteria), unsupported, draft_max)
+                                   stopping_criteria=stopping_criteria,
+                                   logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
         kwargs["stop"] = tuple(kwargs["stop"]) + tuple(rendered.stop)
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
-        chunks = _Stream(self._turns, lambda: _chat_chunks(self._completion_chunks(prompt_tokens, kwargs, model, "",
-                                                                                   usage=not stream)))
+        chunks = _Stream(self._turns, lambda: _chat_chunks(
+            self._completion_chunks(prompt_tokens, kwargs, model, "", usage=not stream, timings=timings),
+            self._token_text))
         return chunks if stream else _collect_chat(chunks)
 
     def chat_template(self):
@@ -327,7 +346,7 @@ class SpeculativeLlama:
         """A call's options, checked under llama-cpp-python's rules, as
         stream_generate's keyword arguments."""
         _refuse(unsupported)
-        return generation_kwargs(policy=POLICY, n_vocab=self._target.n_vocab, n_ctx=self._target.n_ctx,
+        return generation_kwargs(policy=self.policy, n_vocab=self._target.n_vocab, n_ctx=self._target.n_ctx,
                                  repeat_last_n=DEFAULT_PENALTY_LAST_N,
                                  draft_max=self.draft_max if draft_max is None else draft_max,
                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
@@ -336,25 +355,32 @@ class SpeculativeLlama:
         rng = self._rng if kwargs["params"].seed is None else np.random.default_rng(kwargs["params"].seed)
         return stream_generate(self.engine, prompt_tokens, rng=rng, invalid_utf8="ignore", **kwargs)
 
+    def _token_text(self, token: int) -> str:
+        return self._target.token_bytes(token).decode("utf-8", errors="ignore")
+
     def _completion_chunks(self, prompt_tokens: list[int], kwargs: dict, model: str | None,
-                           echo_text: str, *, usage: bool) -> Iterator[dict]:
+                           echo_text: str, *, usage: bool, timings: bool = False, offset: int = 0) -> Iterator[dict]:
         """text_completion chunks; the last one carries the ``"speculative"``
         statistics and, if ``usage``, the token counts (llama-cpp-python's
-        streams have none)."""
+        streams have none). ``offset``: where the first token's text starts
+        in llama-cpp-python's ``text_offset`` (after the prompt)."""
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
         name = model or self.model_path
 
-        def chunk(text: str, finish: str | None) -> dict:
+        def chunk(text: str, finish: str | None, logprobs: dict | None = None) -> dict:
             return {"id": cmpl_id, "object": "text_completion", "created": created, "model": name,
-                    "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+                    "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}]}
 
         if echo_text:
             yield chunk(echo_text, None)
         last = None
         for last in self._stream(prompt_tokens, kwargs):
-            if last.text:
-                yield chunk(last.text, None)
+            lp = None
+            if kwargs["logprobs"] is not None and last.tokens:
+                lp, offset = self._logprobs(last, offset)
+            if last.text or lp:
+                yield chunk(last.text, None, lp)
         assert last is not None and last.finish_reason is not None
         final = chunk("", last.finish_reason)
         stats = last.stats
@@ -362,7 +388,25 @@ class SpeculativeLlama:
             final["usage"] = {"prompt_tokens": stats.n_prompt_tokens, "completion_tokens": stats.n_tokens,
                               "total_tokens": stats.n_prompt_tokens + stats.n_tokens}
         final["speculative"] = stats.speculative()
+        if timings:
+            final["timings"] = stats.timings()
         yield final
+
+    def _logprobs(self, chunk: Chunk, offset: int) -> tuple[dict, int]:
+        """llama-cpp-python's completion ``logprobs`` object for a chunk's tokens."""
+        texts = [self._token_text(t) for t in chunk.tokens]
+        offsets = []
+        for t in texts:
+            offsets.append(offset)
+            offset += len(t)
+        return {
+            "tokens": texts,
+            "text_offset": offsets,
+            "token_logprobs": [lp for lp, _ in chunk.logprobs],
+            "top_logprobs": [_first_per_text((self._token_text(t), v) for t, v in top) for _, top in chunk.logprobs],
+            # for chat's entries (token texts can collide; ids do not); removed from completions
+            "_ids": [(tok, lp, top) for tok, (lp, top) in zip(chunk.tokens, chunk.logprobs)],
+        }, offset
 
 
 def _fill_context(kwargs: dict, prompt_tokens: list[int], n_ctx: int) -> None:
@@ -383,21 +427,55 @@ def _refuse(unsupported: dict) -> None:
                              f"(leave it at {NEUTRAL[name]!r})")
 
 
+def _first_per_text(pairs) -> dict[str, float]:
+    """{token text: logprob}, most likely first; two tokens with one text keep the likelier."""
+    out: dict[str, float] = {}
+    for text, lp in pairs:
+        out.setdefault(text, lp)
+    return out
+
+
+def _public(chunk: dict) -> dict:
+    """A completion chunk without the ids kept for chat's logprobs."""
+    lp = chunk["choices"][0]["logprobs"]
+    if lp:
+        lp.pop("_ids", None)
+    return chunk
+
+
 def _collect_completion(chunks: Iterator[dict]) -> dict:
-    text, final = "", None
+    text, final, logprobs = "", None, None
     for final in chunks:
         text += final["choices"][0]["text"]
+        lp = final["choices"][0]["logprobs"]
+        if lp:
+            logprobs = lp if logprobs is None else {k: logprobs[k] + lp[k] for k in lp}
     assert final is not None
     response = {k: final[k] for k in ("id", "object", "created", "model")}
-    response["choices"] = [{"text": text, "index": 0, "logprobs": None,
+    response["choices"] = [{"text": text, "index": 0, "logprobs": logprobs,
                             "finish_reason": final["choices"][0]["finish_reason"]}]
     response["usage"] = final["usage"]
-    response["speculative"] = final["speculative"]
+    for key in ("speculative", "timings"):
+        if key in final:
+            response[key] = final[key]
     return response
 
 
 
-def _chat_chunks(completion: Iterator[dict]) -> Iterator[dict]:
+def _chat_logprobs(lp: dict | None, token_text: Callable[[int], str]) -> dict | None:
+    """Completion logprobs as OpenAI's chat ``logprobs.content`` entries."""
+    if not lp:
+        return None
+
+    def entry(token: int, logprob: float) -> dict:
+        text = token_text(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [dict(entry(tok, v), top_logprobs=[entry(a, b) for a, b in top])
+                        for tok, v, top in lp["_ids"]]}
+
+
+def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], str]) -> Iterator[dict]:
     """text_completion chunks as chat.completion.chunk ones (a role delta
     first, then content deltas, then an empty delta with the finish reason,
     which carries ``usage`` and ``"speculative"``)."""
@@ -411,26 +489,33 @@ def _chat_chunks(completion: Iterator[dict]) -> Iterator[dict]:
                                        "finish_reason": None}])
         finish = c["choices"][0]["finish_reason"]
         delta = {"content": c["choices"][0]["text"]} if c["choices"][0]["text"] else {}
-        out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
-        for key in ("usage", "speculative"):
+        logprobs = _chat_logprobs(c["choices"][0]["logprobs"], token_text)
+        out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
+        for key in ("usage", "speculative", "timings"):
             if key in c:
                 out[key] = c[key]
-        if delta or finish is not None:
+        if delta or logprobs or finish is not None:
             yield out
 
 
 def _collect_chat(chunks: Iterator[dict]) -> dict:
-    content, final = "", None
+    content, final, logprobs = "", None, None
     for final in chunks:
         content += final["choices"][0]["delta"].get("content", "")
+        lp = final["choices"][0]["logprobs"]
+        if lp:
+            logprobs = {"content": (logprobs["content"] if logprobs else []) + lp["content"]}
     assert final is not None
-    return {
+    response = {
         "id": final["id"],
         "object": "chat.completion",
         "created": final["created"],
         "model": final["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs,
                      "finish_reason": final["choices"][0]["finish_reason"]}],
         "usage": final["usage"],
-        "speculative": final["speculative"],
     }
+    for key in ("speculative", "timings"):
+        if key in final:
+            response[key] = final[key]
+    return response

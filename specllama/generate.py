@@ -18,9 +18,9 @@ import numpy as np
 
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .options import check_draft, check_max_tokens, check_prompt_text, check_prompt_tokens, check_rule, check_stop
-from .processors import Processor
-from .sampling import SamplingParams
+from .options import check_draft, check_logprobs, check_max_tokens, check_prompt_text, check_prompt_tokens, check_rule, check_stop
+from .processors import Processor, processed
+from .sampling import SamplingParams, top_logprobs
 from .stats import GenerationStats
 from .text import TextAssembler
 
@@ -48,6 +48,10 @@ class Chunk:
             string or a stopping criterion) or "length" at the end.
         stats: the running statistics.
         eog_token: on a "stop" at an end-of-generation token, that token.
+        logprobs: with ``logprobs`` asked for, per token its log-probability
+            and the most likely alternatives ``[(token, logprob), ...]``,
+            under the processed target distribution (the processor applied,
+            before temperature and filters).
     """
 
     text: str
@@ -56,6 +60,7 @@ class Chunk:
     stats: GenerationStats
     origins: list[str] = field(default_factory=list)
     eog_token: int | None = None
+    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -107,6 +112,7 @@ def stream_generate(
     draft_min: int = 0,
     rule: str = "token",
     invalid_utf8: str = "replace",
+    logprobs: int | None = None,
 ) -> Iterator[Chunk]:
     """Generate text after ``prompt``, streaming it as it is accepted.
 
@@ -133,11 +139,14 @@ def stream_generate(
         draft_min: the least the adaptive policy may draft.
         rule: "token" or "block" acceptance.
         invalid_utf8: "replace" (U+FFFD) or "ignore" (llama-cpp-python's choice).
+        logprobs: None, or how many top alternatives to report with each
+            token's log-probability (0: the token's alone).
 
     Yields:
         :class:`Chunk` objects; the last has a finish_reason and the final stats.
     """
     draft_max, draft_min = check_draft(draft_max, draft_min)
+    logprobs = check_logprobs(logprobs)
     max_tokens = check_max_tokens(max_tokens)
     stops = check_stop(stop)
     rule = check_rule(rule)
@@ -158,9 +167,11 @@ def stream_generate(
     try:
         for step in steps:
             stats.observe_pass(step.n_drafted, step.n_accepted)
-            delta, tokens, origins = "", [], []
+            delta, tokens, origins, lps = "", [], [], []
             finish, eog = step.finish_reason, step.eog_token
             for j, tok in enumerate(step.tokens):
+                if logprobs is not None and step.target_logits is not None:
+                    lps.append(top_logprobs(processed(step.target_logits[j], seq, processor), tok, logprobs))
                 tokens.append(tok)
                 origins.append(DRAFT if j < step.n_accepted else TARGET)
                 seq.append(tok)
@@ -180,10 +191,10 @@ def stream_generate(
                 stats.ttft_seconds = stats.prompt_seconds + stats.seconds
             if finish is not None:
                 delta += text.flush()
-                yield Chunk(delta, tokens, finish, stats, origins, eog)
+                yield Chunk(delta, tokens, finish, stats, origins, eog, lps)
                 return
             if delta or tokens:
-                yield Chunk(delta, tokens, None, stats, origins)
+                yield Chunk(delta, tokens, None, stats, origins, logprobs=lps)
     finally:
         steps.close()
 

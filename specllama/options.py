@@ -84,6 +84,19 @@ def check_draft(draft_max: object, draft_min: object = 0) -> tuple[int, int]:
     return int(draft_max), int(draft_min)  # type: ignore[arg-type]
 
 
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
+
+
+def check_logprobs(value: object) -> int | None:
+    """How many alternatives to report with each token's log-probability
+    (None: no log-probabilities)."""
+    if value is None:
+        return None
+    if not _is_int(value) or not 0 <= int(value) <= MAX_LOGPROBS:  # type: ignore[arg-type]
+        raise SpecLlamaError(f"logprobs must be an integer in 0..{MAX_LOGPROBS} (or None), got {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
 def check_rule(rule: object) -> str:
     if rule not in RULES:
         raise SpecLlamaError(f"rule must be one of {', '.join(RULES)} (the acceptance rule), got {rule!r}")
@@ -217,11 +230,12 @@ def generation_kwargs(
     draft_min: object = 0,
     adaptive: bool = True,
     rule: object = "token",
+    logprobs: object = None,
 ) -> dict[str, Any]:
     """Check a call's options; return the keyword arguments of
     :func:`~specllama.generate.stream_generate` (``params``, ``max_tokens``,
     ``stop``, ``processor``, ``stopping_criteria``, ``draft_max``,
-    ``draft_min``, ``adaptive``, ``rule``)."""
+    ``draft_min``, ``adaptive``, ``rule``, ``logprobs``)."""
     check_policy(policy)
     d_max, d_min = check_draft(draft_max, draft_min)
     return {
@@ -238,6 +252,7 @@ def generation_kwargs(
         "draft_min": d_min,
         "adaptive": bool(adaptive),
         "rule": check_rule(rule),
+        "logprobs": check_logprobs(logprobs),
     }
 
 

@@ -199,6 +199,29 @@ def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return out.reshape(arr.shape)
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log p over the whole row, in float64 (-inf where a logit is -inf)."""
+    row = np.asarray(logits, dtype=np.float64)
+    best = float(row.max())
+    if not math.isfinite(best):
+        raise ValueError(f"cannot take log-probabilities of a row whose largest logit is {best}")
+    shifted = row - best
+    return shifted - math.log(float(np.exp(shifted).sum()))
+
+
+def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of ``token`` and the ``n`` most likely tokens with
+    theirs (most likely first), from one logits row."""
+    lp = log_softmax(logits)
+    top: list[tuple[int, float]] = []
+    if n > 0:
+        n = min(n, lp.shape[0])
+        ids = np.argpartition(-lp, n - 1)[:n]
+        ids = ids[np.argsort(-lp[ids], kind="stable")]
+        top = [(int(i), float(lp[i])) for i in ids]
+    return float(lp[token]), top
+
+
 def _inverse_cdf(weights: np.ndarray, u: float) -> int:
     """Index whose cumulative interval of ``weights`` holds ``u`` * total."""
     cum = np.cumsum(weights, dtype=np.float64)

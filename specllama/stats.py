@@ -120,6 +120,19 @@ class GenerationStats:
             "n_target_passes": self.n_target_passes,
         }
 
+    def timings(self) -> dict:
+        """llama-server's ``timings`` object of a response."""
+        return {
+            "prompt_n": self.n_prompt_evaluated,
+            "prompt_ms": 1000 * self.prompt_seconds,
+            "prompt_per_second": self.n_prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0,
+            "predicted_n": self.n_tokens,
+            "predicted_ms": 1000 * self.seconds,
+            "predicted_per_second": self.tokens_per_second,
+            "draft_n": self.n_drafted,
+            "draft_n_accepted": self.n_accepted,
+        }
+
     def summary(self) -> str:
         """The one-line stats a user reads after a generation."""
         return (

@@ -131,6 +131,38 @@ def test_stopping_criteria_and_echo(spec):
     assert echoed == PROMPT + full
 
 
+def test_logprobs_equal_llama_cpp(spec, tiny_pair):
+    """Each token's log-probability (and the top alternatives) under the
+    target's distribution, as llama-cpp-python reports them."""
+    reference = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False, logits_all=True)
+    theirs = reference.create_completion(PROMPT, max_tokens=8, temperature=0, logprobs=3)["choices"][0]["logprobs"]
+    reference.close()
+    ours = spec.create_completion(PROMPT, max_tokens=8, temperature=0, logprobs=3)["choices"][0]["logprobs"]
+    n = len(ours["tokens"])
+    assert n == 8 and set(ours) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
+    assert ours["tokens"] == theirs["tokens"][:n] and ours["text_offset"] == theirs["text_offset"][:n]
+    np.testing.assert_allclose(ours["token_logprobs"], theirs["token_logprobs"][:n], rtol=1e-5)
+    for a, b in zip(ours["top_logprobs"], theirs["top_logprobs"]):
+        assert list(a) == list(b)[: len(a)]
+        np.testing.assert_allclose(list(a.values()), [b[k] for k in a], rtol=1e-5)
+    # greedy: each chosen token is the likeliest
+    assert all(lp == max(top.values()) for lp, top in zip(ours["token_logprobs"], ours["top_logprobs"]))
+
+
+def test_chat_logprobs_have_openai_shape(spec):
+    out = spec.create_chat_completion([{"role": "user", "content": "once upon a time"}], max_tokens=4, temperature=0,
+                                      logprobs=True, top_logprobs=2)
+    content = out["choices"][0]["logprobs"]["content"]
+    assert len(content) == out["usage"]["completion_tokens"] == 4
+    for e in content:
+        assert set(e) == {"token", "logprob", "bytes", "top_logprobs"} and len(e["top_logprobs"]) == 2
+        assert e["bytes"] == list(e["token"].encode()) and e["logprob"] == e["top_logprobs"][0]["logprob"]
+    with pytest.raises(ValueError, match="top_logprobs needs logprobs=True"):
+        spec.create_chat_completion([{"role": "user", "content": "hi"}], top_logprobs=2)
+    with pytest.raises(ValueError, match=r"logprobs must be an integer in 0..20 \(or None\), got 21"):
+        spec.create_completion(PROMPT, logprobs=21)
+
+
 def test_logit_bias(spec):
     (token,) = spec.tokenize(b"queen", add_bos=False)  # "▁queen": one token
     out = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logit_bias={token: 100.0})
@@ -251,7 +283,7 @@ def test_max_tokens_below_one_fills_the_context_as_llama_cpp(spec, reference, va
 
 
 def test_unsupported_options_are_refused(spec):
-    with pytest.raises(ValueError, match="logprobs=3 is not supported"):
-        spec.create_completion(PROMPT, logprobs=3)
+    with pytest.raises(ValueError, match="suffix='x' is not supported"):
+        spec.create_completion(PROMPT, suffix="x")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         spec.create_completion(PROMPT, colour="red")
