@@ -8,26 +8,32 @@ from __future__ import annotations
 import os
 
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, is_llama
-from .demo import demo_pair
+from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .pairs import get_pair, resolve_model
 
 
-def resolve_paths(model: object, draft: object, pair: str | None = None) -> tuple[object, object]:
+def resolve_paths(model: object, draft: object, pair: str | None = None, *,
+                  default_pair: str = DEMO) -> tuple[object, object]:
     """What to load for the target and the draft.
 
     Paths and ``Llama`` objects stay as they are; a curated pair name
     (models.txt) stands for its cached file; ``pair`` fills in whichever of
-    the two is not given; with nothing given, the demo pair.
+    the two is not given; the built-in pairs are ``demo`` and ``demo-chat``;
+    with nothing given, ``default_pair``.
     """
-    if pair is not None:
+    if model is None and draft is None:
+        pair = pair or default_pair
+    if pair in BUILTIN_PAIRS:
+        built_target, built_draft = BUILTIN_PAIRS[pair]()
+        model = built_target if model is None else model
+        draft = built_draft if draft is None else draft
+    elif pair is not None:
         get_pair(pair)  # an unknown name is an error here, not a missing file
         model = pair if model is None else model
         draft = pair if draft is None else draft
-    if model is None and draft is None:
-        return demo_pair()
     if model is None:
         raise SpecLlamaError(f"a draft model was given ({draft!r}) but no target: add -m/--model TARGET.gguf")
     return _resolve(model, "target"), _resolve(draft, "draft")
@@ -60,6 +66,7 @@ def open_engine(
     n_gpu_layers_draft: int | None = None,
     n_threads: int | None = None,
     verbose: bool = False,
+    default_pair: str = DEMO,
 ) -> SpeculativeEngine:
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
@@ -76,12 +83,14 @@ def open_engine(
         n_gpu_layers_draft: draft layers to offload (None: as the target).
         n_threads: CPU threads for both.
         verbose: let llama.cpp print its load log.
+        default_pair: the built-in pair opened when nothing is named
+            (``demo``, or ``demo-chat`` for chat surfaces).
 
     Raises:
         SpecLlamaError: a missing or unreadable file, an unknown pair, a
             vocabulary mismatch; nothing stays open then.
     """
-    target_src, draft_src = resolve_paths(model, draft, pair)
+    target_src, draft_src = resolve_paths(model, draft, pair, default_pair=default_pair)
     target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
     draft_model = None
     try:

@@ -88,7 +88,10 @@ def curated_pairs() -> dict[str, Pair]:
 def get_pair(name: str) -> Pair:
     pairs = curated_pairs()
     if name not in pairs:
-        raise SpecLlamaError(f"unknown pair {name!r}; known: {', '.join(sorted(pairs))} (see specllama models)")
+        from .demo import BUILTIN_PAIRS
+
+        known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(pairs))
+        raise SpecLlamaError(f"unknown pair {name!r}; known: {known} (see specllama models)")
     return pairs[name]
 
 

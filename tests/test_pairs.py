@@ -123,4 +123,5 @@ def test_name_not_downloaded(hub_env):
 def test_unknown_pair_name():
     r = subprocess.run([sys.executable, "-m", "specllama", "pull", "nope"], capture_output=True, text=True)
     assert r.returncode == 1
-    assert r.stderr.strip() == "Error: unknown pair 'nope'; known: gemma3-4b, llama3.1-8b, qwen2.5-coder-7b (see specllama models)"
+    assert r.stderr.strip() == ("Error: unknown pair 'nope'; known: demo, demo-chat (built in), gemma3-4b, llama3.1-8b, "
+                                 "qwen2.5-coder-7b (see specllama models)")

@@ -1,0 +1,1 @@
+"""The `llm` plugin (placeholder until the plugin lands): registers nothing."""
