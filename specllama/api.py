@@ -265,7 +265,8 @@ class SpeculativeLlama:
         log-probability under the processed target distribution with the N
         likeliest alternatives. Extensions: ``draft_max`` overrides the
         instance's for this call (0: no drafting); ``timings=True`` adds
-        llama-server's ``timings`` object to the last chunk."""
+        llama-server's ``timings`` object (and ``usage``, also when
+        streaming) to the last chunk."""
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
@@ -384,7 +385,7 @@ class SpeculativeLlama:
         assert last is not None and last.finish_reason is not None
         final = chunk("", last.finish_reason)
         stats = last.stats
-        if usage:
+        if usage or timings:
             final["usage"] = {"prompt_tokens": stats.n_prompt_tokens, "completion_tokens": stats.n_tokens,
                               "total_tokens": stats.n_prompt_tokens + stats.n_tokens}
         final["speculative"] = stats.speculative()

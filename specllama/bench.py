@@ -29,6 +29,7 @@ import numpy as np
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .generate import stream_generate
+from .options import DEFAULT_RULE
 from .sampling import SamplingParams
 from .stats import GenerationStats
 
@@ -148,6 +149,10 @@ class BenchRow:
     acceptance_by_position: list[float]
     mean_draft_length: float
     vs_best_fixed: float | None = None  # adaptive rows: worst prompt's tok/s over its best fixed k's
+    rule: str = "token"
+    llama_cpp_tps: float = 0.0  # plain llama-cpp-python create_completion on the target
+    speedup_vs_llama_cpp: float = 0.0
+    target_vs_llama_cpp: float = 0.0  # specllama's own target-only decoding over llama-cpp-python's
 
 
 @dataclass
@@ -166,14 +171,17 @@ class BenchResult:
         if b.adaptive and b.mean_draft_length < 0.5:
             return (f"best: --draft-max 0 or the adaptive default, which falls back to target-only here "
                     f"({b.speedup:.2f}x at temp {b.temperature:g})")
-        flag = f"--draft-max {b.draft_max}" + ("" if b.adaptive else " --draft-fixed")
+        flag = f"--draft-max {b.draft_max}" + ("" if b.adaptive else " --draft-fixed") + \
+            (f" --rule {b.rule}" if b.rule != DEFAULT_RULE else "")
         if b.speedup < 1.0:
             return f"best: --draft-max 0 (speculation did not pay here; best try {flag} " \
                    f"at temp {b.temperature:g}, {b.speedup:.2f}x)"
         return f"best: {flag} at temp {b.temperature:g}, {b.speedup:.2f}x"
 
     def adaptive_summary(self) -> str:
-        parts = [f"temp {r.temperature:g}: {r.vs_best_fixed:.3f}" for r in self.rows if r.adaptive]
+        rules = {r.rule for r in self.rows}
+        parts = [f"temp {r.temperature:g}{f' ({r.rule})' if len(rules) > 1 else ''}: {r.vs_best_fixed:.3f}"
+                 for r in self.rows if r.adaptive]
         return "adaptive vs best fixed k, worst prompt: " + ", ".join(parts)
 
     def as_dict(self) -> dict:
@@ -189,21 +197,35 @@ class BenchResult:
 
 
 AUTO = "auto"  # the adaptive configuration, capped at the largest swept k
+FIXED = "fixed"
+TARGET_ONLY = "target-only"
+LLAMA_CPP = "llama-cpp-python"  # plain Llama.create_completion on the target: what users run today
 
 
 def _run_once(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, k: int,
-              n_tokens: int, seed: int, adaptive: bool = False) -> GenerationStats:
+              n_tokens: int, seed: int, adaptive: bool = False, rule: str = "token") -> GenerationStats:
     """One generation through the one generation path; its statistics."""
     engine.prefill(prompt_tokens, draft=k > 0)  # both modes start from a cached prompt
     chunk = None
     for chunk in stream_generate(engine, prompt_tokens, params=params, draft_max=k, max_tokens=n_tokens,
-                                 rng=np.random.default_rng(seed), adaptive=adaptive):
+                                 rng=np.random.default_rng(seed), adaptive=adaptive, rule=rule):
         pass
     assert chunk is not None
     return chunk.stats
 
 
-def _row(temperature: float, k: int, base: GenerationStats, spec: GenerationStats, adaptive: bool = False) -> BenchRow:
+def _run_llama_cpp(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, n_tokens: int,
+                   seed: int) -> GenerationStats:
+    """The same generation by llama-cpp-python's own create_completion."""
+    from .backend import plain_completion
+
+    n, seconds = plain_completion(engine.target, prompt_tokens, max_tokens=n_tokens, temperature=params.temperature,
+                                  top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, seed=seed)
+    return GenerationStats(n_tokens=n, seconds=seconds, n_target_passes=n)
+
+
+def _row(temperature: float, k: int, base: GenerationStats, spec: GenerationStats, adaptive: bool = False,
+         rule: str = "token", plain: GenerationStats | None = None) -> BenchRow:
     target_tps = base.tokens_per_second
     spec_tps = spec.tokens_per_second
     acceptance = spec.acceptance_rate
@@ -232,6 +254,10 @@ def _row(temperature: float, k: int, base: GenerationStats, spec: GenerationStat
         efficiency=speedup / predicted if predicted else 0.0,
         acceptance_by_position=spec.acceptance_by_position,
         mean_draft_length=mean_k,
+        rule=rule,
+        llama_cpp_tps=plain.tokens_per_second if plain else 0.0,
+        speedup_vs_llama_cpp=spec_tps / plain.tokens_per_second if plain and plain.tokens_per_second else 0.0,
+        target_vs_llama_cpp=target_tps / plain.tokens_per_second if plain and plain.tokens_per_second else 0.0,
     )
 
 
@@ -246,6 +272,8 @@ def run_bench(
     seed: int = 0,
     base_params: SamplingParams = SamplingParams(),
     on_run: Callable[[], None] = lambda: None,
+    rules: Sequence[str] = ("token",),
+    llama_cpp: bool = True,
 ) -> BenchResult:
     """Measure target-only against each draft length at each temperature.
 
@@ -258,6 +286,8 @@ def run_bench(
         seed: runs of one prompt and pass share a seed across configurations.
         base_params: top-k, top-p, min-p for every run (temperature is swept).
         on_run: called after each run (a progress bar's update).
+        rules: the acceptance rules to measure (each gets fixed and adaptive rows).
+        llama_cpp: also time llama-cpp-python's plain create_completion.
     """
     if engine.drafter is None:
         raise SpecLlamaError("bench needs a draft model (-md/--model-draft) or -md prompt-lookup")
@@ -272,8 +302,9 @@ def run_bench(
         if len(toks) + n_tokens + max(draft_maxes) + 1 > engine.target.n_ctx:
             raise SpecLlamaError(f"prompt {name!r} ({len(toks)} tokens) plus {n_tokens} new tokens does not fit "
                                  f"the context of {engine.target.n_ctx} (-c/--ctx-size)")
-    configs: list = [0, *draft_maxes, AUTO]
     cap = max(draft_maxes)
+    configs: list[tuple[str, int, str]] = [(TARGET_ONLY, 0, "token")] + ([(LLAMA_CPP, 0, "token")] if llama_cpp else [])
+    configs += [(FIXED, k, rule) for rule in rules for k in draft_maxes] + [(AUTO, cap, rule) for rule in rules]
     # warm-up: the first decodes of a process are slower (allocation, caches)
     warm = encoded[0]
     for k in (0, cap):
@@ -289,33 +320,44 @@ def run_bench(
             for j, toks in enumerate(encoded):
                 order = configs if (r + j) % 2 == 0 else configs[::-1]
                 for c in order:
-                    k = cap if c == AUTO else c
-                    run = _run_once(engine, toks, params, k, n_tokens, seed + 1000 * r + j, adaptive=c == AUTO)
+                    kind, k, rule = c
+                    s_ = seed + 1000 * r + j
+                    run = (_run_llama_cpp(engine, toks, params, n_tokens, s_) if kind == LLAMA_CPP else
+                           _run_once(engine, toks, params, k, n_tokens, s_, adaptive=kind == AUTO, rule=rule))
                     tallies[c] = tallies[c] + run
                     per_prompt.setdefault((c, j), []).append(run.tokens_per_second)
                     on_run()
-        rows += [_row(temperature, k, tallies[0], tallies[k]) for k in draft_maxes]
-        auto = _row(temperature, cap, tallies[0], tallies[AUTO], adaptive=True)
-        auto.vs_best_fixed = min(
-            float(np.mean(per_prompt[(AUTO, j)])) / max(float(np.mean(per_prompt[(k, j)])) for k in draft_maxes)
-            for j in range(len(encoded))
-        )
-        rows.append(auto)
+        base = tallies[(TARGET_ONLY, 0, "token")]
+        plain = tallies.get((LLAMA_CPP, 0, "token"))
+        for rule in rules:
+            rows += [_row(temperature, k, base, tallies[(FIXED, k, rule)], rule=rule, plain=plain)
+                     for k in draft_maxes]
+            auto = _row(temperature, cap, base, tallies[(AUTO, cap, rule)], adaptive=True, rule=rule, plain=plain)
+            auto.vs_best_fixed = min(
+                float(np.mean(per_prompt[((AUTO, cap, rule), j)]))
+                / max(float(np.mean(per_prompt[((FIXED, k, rule), j)])) for k in draft_maxes)
+                for j in range(len(encoded))
+            )
+            rows.append(auto)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
     return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb)
 
 
-def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int) -> int:
-    return n_prompts * len(temperatures) * (len(draft_maxes) + 2) * repeat
+def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int,
+           n_rules: int = 1, llama_cpp: bool = True) -> int:
+    return n_prompts * len(temperatures) * ((len(draft_maxes) + 1) * n_rules + 1 + llama_cpp) * repeat
 
 
 TABLE_COLUMNS = [
     ("temp", "temperature", "{:g}"),
+    ("rule", "rule", "{}"),
     ("k", "draft_max", "{}"),
+    ("llama-cpp-python tok/s", "llama_cpp_tps", "{:.1f}"),
     ("target tok/s", "target_tps", "{:.1f}"),
     ("spec tok/s", "spec_tps", "{:.1f}"),
     ("speedup", "speedup", "{:.2f}x"),
+    ("vs llama-cpp-python", "speedup_vs_llama_cpp", "{:.2f}x"),
     ("accept", "acceptance_rate", "{:.0%}"),
     ("tok/pass", "tokens_per_pass", "{:.2f}"),
     ("draft ms/tok", "draft_ms_per_token", "{:.1f}"),
@@ -331,7 +373,7 @@ def format_table(result: BenchResult) -> str:
     for row in result.rows:
         cells.append([fmt.format(getattr(row, key)) for _, key, fmt in TABLE_COLUMNS])
         if row.adaptive:
-            cells[-1][1] = f"auto<={row.draft_max} ({row.mean_draft_length:.1f})"
+            cells[-1][2] = f"auto<={row.draft_max} ({row.mean_draft_length:.1f})"
     widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

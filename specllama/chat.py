@@ -13,6 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .adaptive import DEFAULT_DRAFT_MAX
 from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
 from .generate import Chunk, stream_generate
@@ -66,7 +67,7 @@ class ChatSession:
     template: ChatTemplate
     system_prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
-    draft_max: int = 4
+    draft_max: int = DEFAULT_DRAFT_MAX
     max_tokens: int | None = None
     reply_reserve: int = DEFAULT_REPLY_RESERVE
     adaptive: bool = True

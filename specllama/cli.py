@@ -16,7 +16,7 @@ from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS, stream_generate
 from .opener import open_engine
-from .options import RULES, generation_kwargs, sampling_params
+from .options import DEFAULT_RULE, RULES, generation_kwargs, sampling_params
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -92,6 +92,9 @@ def model_options(f):
                      show_default=True, help="Least tokens the adaptive length drafts per target pass."),
         click.option("--draft-fixed", is_flag=True,
                      help="Always draft --draft-max tokens (no adaptive length; replays a --seed exactly)."),
+        click.option("--rule", type=click.Choice(RULES), default=DEFAULT_RULE, show_default=True,
+                     help="Acceptance rule: token-wise, or block verification (jointly over the block; exact, "
+                          "keeps at least as many tokens on average)."),
         click.option("--temp", "temperature", type=click.FloatRange(min=0), default=DEFAULT_TEMPERATURE,
                      show_default=True, help="Temperature (0: greedy)."),
     ])
@@ -105,7 +108,7 @@ def _kwargs(engine, o: dict, max_tokens: int | None, stop=()) -> dict:
         top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"], seed=o["seed"], max_tokens=max_tokens, stop=list(stop),
         repeat_penalty=o["repeat_penalty"], repeat_last_n=o["repeat_last_n"], presence_penalty=o["presence_penalty"],
         frequency_penalty=o["frequency_penalty"], draft_max=o["draft_max"], draft_min=o["draft_min"],
-        adaptive=not o["draft_fixed"])
+        adaptive=not o["draft_fixed"], rule=o["rule"])
 
 
 def _check_sampling(o: dict) -> None:
@@ -243,6 +246,21 @@ def _number_list(kind: type, name: str, minimum: float):
     return parse
 
 
+def _word_list(choices):
+    """A click callback parsing "a,b" into a list of known words, with a one-line error."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        bad = [v for v in items if v not in choices]
+        if not items or bad:
+            raise click.BadParameter(f"{value!r}: expected a comma-separated list of {', '.join(choices)}")
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
 @main.command()
 @load_options
 @filter_options
@@ -261,11 +279,15 @@ def _number_list(kind: type, name: str, minimum: float):
 @click.option("--scenario", default=None, help="A built-in pair instead of -m/-md: demo; self-draft "
               "(the Q4_K_M file as target and draft, where speculation cannot pay); prompt-lookup "
               "(the F32 target with n-gram drafts).")
+@click.option("--rule", "rules", metavar="token,block", default=None, callback=_word_list(RULES),
+              help=f"Acceptance rules to measure, each with fixed and adaptive rows (default {DEFAULT_RULE}).")
+@click.option("--baseline/--no-baseline", default=True, show_default=True,
+              help="Also time llama-cpp-python's plain Llama.create_completion on the target.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"rows": [...]} instead of the table.')
 @click.option("--plot", "plot_path", default=None, help="Also draw speedup and acceptance into this PNG file.")
 @boundary
 def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, top_k, top_p, min_p, seed,
-          draft_maxes, temperatures, n_predict, repeat, prompts_file, only, quick, scenario, as_json,
+          draft_maxes, temperatures, n_predict, repeat, prompts_file, only, quick, scenario, rules, baseline, as_json,
           plot_path) -> None:
     """Measure speculative against target-only decoding on this machine."""
     from . import bench as b
@@ -284,11 +306,12 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     base = sampling_params(temperature=0.0, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
-        total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat)
+        rules = rules or [DEFAULT_RULE]
+        total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat, len(rules), baseline)
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
             result = b.run_bench(engine, prompts, temperatures=temperatures, draft_maxes=draft_maxes,
                                  n_tokens=n_tokens, repeat=repeat, seed=max(seed, 0), base_params=base,
-                                 on_run=lambda: bar.update(1))
+                                 on_run=lambda: bar.update(1), rules=rules, llama_cpp=baseline)
     if plot_path:
         from .bench_plot import save_plot
 
@@ -327,3 +350,10 @@ def pull(name) -> None:
                                                                   err=True))
     click.echo(f"target: {target}\ndraft:  {draft}")
     click.echo(f"use: specllama generate --pair {name} -p \"...\"")
+
+
+from .verify_command import verify  # noqa: E402
+main.add_command(verify)
+
+from .server.command import serve  # noqa: E402
+main.add_command(serve)

@@ -18,7 +18,7 @@ from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
-from .adaptive import DraftLengthPolicy
+from .adaptive import DEFAULT_DRAFT_MAX, DraftLengthPolicy
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import sync_prefix
@@ -104,9 +104,26 @@ class SpeculativeEngine:
             self.drafter = ModelDrafter(draft)
         #: learns the best draft length from past passes (adaptive mode)
         self.policy = DraftLengthPolicy()
+        #: where the policy's measurements are remembered between processes (None: nowhere)
+        self.cost_key: str | None = None
+
+    def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
+        """Run both models' first, slow passes now, not in the user's first
+        generation, and give the policy the timings of a 1-row and a
+        (cap+1)-row target pass and of a draft step (where it has none
+        better, e.g. saved by an earlier process)."""
+        verify = self.target.warm_up((1, cap + 1)) if hasattr(self.target, "warm_up") else {}
+        draft = self.draft.warm_up((1,)) if self.draft is not None and hasattr(self.draft, "warm_up") else {}
+        self.policy.seed({"draft_seconds": draft.get(1), "verify_seconds": verify})
 
     def close(self) -> None:
-        """Free both models (for models that can be closed)."""
+        """Remember the policy's measurements (see :mod:`specllama.cost_cache`)
+        and free both models (for models that can be closed)."""
+        if self.cost_key is not None and self.policy.drafting_passes:
+            from .cost_cache import save
+
+            save(self.cost_key, self.policy.snapshot())
+            self.cost_key = None
         for m in (self.draft, self.target):
             if m is not None and hasattr(m, "close"):
                 m.close()
@@ -171,6 +188,9 @@ class SpeculativeEngine:
         if drafter is None:
             draft_max = 0
         n_vocab = target.n_vocab
+        # With one-hot drafts (greedy sampling, prompt lookup) block verification
+        # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
+        one_hot_drafts = params.greedy or isinstance(drafter, PromptLookupDrafter)
         seq = list(prompt_tokens)
         self.prefill(seq, draft=draft_max > 0)
         n_emitted = 0
@@ -215,7 +235,7 @@ class SpeculativeEngine:
                     p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
-            if rule == "block":
+            if rule == "block" and not one_hot_drafts:
                 # block verification needs every row: it weighs the whole block at once
                 n_accepted, next_token = verify_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
                                                              draft_tokens, rng)

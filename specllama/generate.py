@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from .adaptive import DEFAULT_DRAFT_MAX
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .options import check_draft, check_logprobs, check_max_tokens, check_prompt_text, check_prompt_tokens, check_rule, check_stop
@@ -24,7 +25,6 @@ from .sampling import SamplingParams, top_logprobs
 from .stats import GenerationStats
 from .text import TextAssembler
 
-DEFAULT_DRAFT_MAX = 4
 DEFAULT_MAX_TOKENS = 128
 
 #: a token the target accepted from the draft, or one it sampled itself

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, is_llama
+from .cost_cache import cost_key, load
 from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
@@ -67,6 +68,7 @@ def open_engine(
     n_threads: int | None = None,
     verbose: bool = False,
     default_pair: str = DEMO,
+    warm_up: bool = True,
 ) -> SpeculativeEngine:
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
@@ -85,6 +87,9 @@ def open_engine(
         verbose: let llama.cpp print its load log.
         default_pair: the built-in pair opened when nothing is named
             (``demo``, or ``demo-chat`` for chat surfaces).
+        warm_up: run the first, slow passes now and start the draft-length
+            policy from measured costs (saved ones where this pair was
+            measured before, see :mod:`specllama.cost_cache`).
 
     Raises:
         SpecLlamaError: a missing or unreadable file, an unknown pair, a
@@ -93,14 +98,26 @@ def open_engine(
     target_src, draft_src = resolve_paths(model, draft, pair, default_pair=default_pair)
     target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
     draft_model = None
+    ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
     try:
         if not use_draft or draft_src is None:
-            return SpeculativeEngine(target, None)
-        if draft_src == PROMPT_LOOKUP:
-            return SpeculativeEngine(target, PROMPT_LOOKUP)
-        ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
-        draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads, verbose=verbose)
-        return SpeculativeEngine(target, draft_model)
+            engine = SpeculativeEngine(target, None)
+        elif draft_src == PROMPT_LOOKUP:
+            engine = SpeculativeEngine(target, PROMPT_LOOKUP)
+        else:
+            draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads,
+                                verbose=verbose)
+            engine = SpeculativeEngine(target, draft_model)
+        if engine.drafter is not None:
+            engine.cost_key = cost_key(target.path, draft_model.path if draft_model else PROMPT_LOOKUP,
+                                       n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=ngld, n_threads=n_threads,
+                                       n_ctx=target.n_ctx)
+            saved = load(engine.cost_key)
+            if saved:
+                engine.policy.seed(saved)
+        if warm_up:
+            engine.warm_up()
+        return engine
     except BaseException:
         if draft_model is not None:
             draft_model.close()

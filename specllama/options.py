@@ -29,6 +29,7 @@ from .sampling import SamplingParams
 
 POLICIES = ("llama-cpp-python", "openai", "cli")
 RULES = ("token", "block")
+DEFAULT_RULE = "token"
 
 
 def _is_int(v: object) -> bool:

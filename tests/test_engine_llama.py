@@ -1,28 +1,97 @@
-"""The engine on real llama.cpp, with the tiny models the suite writes."""
+"""The engine on real llama.cpp, with the tiny models the suite writes.
+
+The exactness tests compare the first two tokens of many seeded runs, jointly,
+with the law enumerated from the target's own logits (the same processor and
+sampling transforms applied). Each states the smallest bias it detects:
+Cohen's w (see tests/stats_helpers.py) that its chi-square check rejects with
+power 0.99 at ALPHA = 1e-4, for its N and its number of bins.
+
+Every engine here runs llama.cpp on one thread: the tiny models gain nothing
+from a second one, and on a busy machine two threads that wait on each other
+run ten times slower.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+import specllama.engine as engine_module
+import specllama.sampling as sampling
+from specllama.adaptive import DraftLengthPolicy
 from specllama.backend import LlamaModel
 from specllama.engine import SpeculativeEngine
 from specllama.errors import SpecLlamaError
 from specllama.generate import generate
+from specllama.options import processor_for
+from specllama.processors import processed
 from specllama.sampling import SamplingParams, to_probs
 
 from .conftest import TINY_CTX
-from .stats_helpers import assert_distributed_as
+from .stats_helpers import POWER, assert_distributed_as, detectable_effect, pooled_bins, power, samples_for_power
 
 PROMPT = "once upon a time there lived a king"
 GREEDY = SamplingParams(temperature=0)
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+FILTERED = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, min_p=0.02)
+N_RUNS = 3000
 
 
-def test_acceptance_is_strictly_between_zero_and_one(tiny_engine):
-    r = generate(tiny_engine, PROMPT, params=SamplingParams(temperature=1.0, seed=0), draft_max=4, max_tokens=96,
+def open_engine(tiny_pair, n_ctx: int = TINY_CTX) -> SpeculativeEngine:
+    target, draft = tiny_pair
+    return SpeculativeEngine(LlamaModel(target, n_ctx=n_ctx, n_threads=1), LlamaModel(draft, n_ctx=n_ctx, n_threads=1))
+
+
+@pytest.fixture
+def engine(tiny_pair):
+    """A tiny pair with its own, untouched state (caches and policy)."""
+    e = open_engine(tiny_pair)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def shared_engine(tiny_pair):
+    """One pair for the tests that do not depend on the engine's history."""
+    e = open_engine(tiny_pair)
+    yield e
+    e.close()
+
+
+def test_acceptance_is_strictly_between_zero_and_one(shared_engine):
+    r = generate(shared_engine, PROMPT, params=SamplingParams(temperature=1.0, seed=0), draft_max=4, max_tokens=96,
                  adaptive=False)
     assert 0 < r.stats.n_accepted < r.stats.n_drafted
+
+
+# -- draft-length policies ----------------------------------------------------
+
+
+class CheapDraftPolicy(DraftLengthPolicy):
+    """The real adaptive policy, told that a draft step costs a tenth of the
+    target pass just measured (on the tiny models it truly costs about as
+    much, so the real costs make it fall back to k = 0). Its choice logic is
+    the real one: it still varies with past acceptance and measured verify
+    times. It records every (cap, k) it is asked for and chooses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.choices: list[tuple[int, int]] = []
+
+    def choose(self, cap: int, *, minimum: int = 0) -> int:
+        k = super().choose(cap, minimum=minimum)
+        self.choices.append((cap, k))
+        return k
+
+    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds) -> None:
+        super().observe(n_drafted, n_accepted, n_drafted * verify_seconds / 10, verify_seconds)
+
+    def ks_at_full_cap(self) -> set[int]:
+        """The draft lengths chosen in passes whose cap was the largest seen."""
+        top = max(cap for cap, _ in self.choices)
+        return {k for cap, k in self.choices if cap == top}
 
 
 class PastDependentPolicy:
@@ -41,39 +110,96 @@ class PastDependentPolicy:
         self.last_accepted = n_accepted if n_drafted else 2
 
 
-POLICIES = {"fixed": None, "adaptive": "real", "past-dependent": PastDependentPolicy}
+POLICIES = {"fixed": None, "adaptive": CheapDraftPolicy, "past-dependent": PastDependentPolicy}
 
 
-def use_policy(engine, monkeypatch, name) -> bool:
-    """Install the named policy; return the ``adaptive`` flag to pass."""
-    if POLICIES[name] is PastDependentPolicy:
-        monkeypatch.setattr(engine, "policy", PastDependentPolicy())
+def use_policy(engine, name) -> bool:
+    """Install the named policy on a fresh engine; return the ``adaptive`` flag."""
+    if POLICIES[name] is not None:
+        engine.policy = POLICIES[name]()
     return POLICIES[name] is not None
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("k", range(1, 9))
-def test_greedy_speculative_equals_target_only(tiny_engine, k, policy, monkeypatch):
-    adaptive = use_policy(tiny_engine, monkeypatch, policy)
-    baseline = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=0, max_tokens=64)
-    spec = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=k, max_tokens=64, adaptive=adaptive)
+def test_greedy_speculative_equals_target_only(engine, k, policy):
+    adaptive = use_policy(engine, policy)
+    baseline = generate(engine, PROMPT, params=GREEDY, draft_max=0, max_tokens=64)
+    spec = generate(engine, PROMPT, params=GREEDY, draft_max=k, max_tokens=64, adaptive=adaptive)
     assert len(baseline.tokens) == 64
     assert spec.tokens == baseline.tokens
     assert spec.text == baseline.text
     assert baseline.stats.n_target_passes == 64
-    if policy != "adaptive":  # (the real policy may rightly decline to draft on models this small)
-        # the draft was rejected somewhere, and kept somewhere: both paths ran
-        assert 0 < spec.stats.n_accepted < spec.stats.n_drafted
-        assert spec.stats.n_target_passes < 64
+    # the draft was rejected somewhere, and kept somewhere: both paths ran
+    assert 0 < spec.stats.n_accepted < spec.stats.n_drafted
+    assert spec.stats.n_target_passes < 64
+    if policy == "adaptive" and k >= 2:
+        assert len(engine.policy.ks_at_full_cap()) > 1  # the length did adapt
 
+
+# -- the first two tokens, against the target's exact law ----------------------
 
 EOS = 2  # the tiny vocabulary's only end-of-generation token
 
 
-def _first_two_tokens(engine, prompt_tokens, rng, draft_max, adaptive):
-    """The first two tokens; after an EOS first token, (EOS, None)."""
+def next_token_law(model, prefix, params, processor) -> np.ndarray:
+    """A model's sampling distribution after ``prefix``, from a fresh evaluation."""
+    model.rewind(0)
+    row = model.eval(prefix, n_logits=1)[0]
+    return to_probs(processed(row, prefix, processor), params)
+
+
+@dataclass
+class TwoTokenBins:
+    """Bins for (first, second) token: (t1, t2) for each likely t1; then
+    "EOS first"; then "any other t1", pooled."""
+
+    likely: list[int]
+    n_vocab: int
+
+    def index(self, t1: int, t2: int | None) -> int:
+        if t1 == EOS:
+            return len(self.likely) * self.n_vocab
+        if t1 in self._at:
+            return self._at[t1] * self.n_vocab + t2
+        return len(self.likely) * self.n_vocab + 1
+
+    def __post_init__(self) -> None:
+        self._at = {t1: i for i, t1 in enumerate(self.likely)}
+
+    def law(self, first: np.ndarray, second: dict[int, np.ndarray]) -> np.ndarray:
+        """The joint law on these bins, from the first token's law and the
+        second's given each likely first."""
+        rest = max(0.0, 1.0 - first[self.likely].sum() - first[EOS])
+        return np.concatenate([first[t1] * second[t1] for t1 in self.likely] + [[first[EOS], rest]])
+
+
+def two_token_law(engine, params, processor, n_runs, next_law=lambda p_target, q_draft: p_target):
+    """The bins, and the joint law of the first two tokens on them.
+
+    ``next_law(p_target, q_draft)`` maps the target's and the draft's
+    distributions at one context to the law the engine's next token follows
+    there (the target's own, for an exact engine). Both are enumerated from
+    the models' logits with the same processor and transforms."""
+    target, draft = engine.target, engine.draft
+    prompt = target.tokenize(PROMPT)
+    p1 = next_token_law(target, prompt, params, processor)
+    likely = [int(t) for t in np.flatnonzero(p1 * n_runs >= 0.5) if t != EOS]
+    bins = TwoTokenBins(likely, target.n_vocab)
+
+    def law_at(prefix):
+        return next_law(next_token_law(target, prefix, params, processor),
+                        next_token_law(draft, prefix, params, processor))
+
+    return bins, bins.law(law_at(prompt), {t1: law_at(prompt + [t1]) for t1 in likely})
+
+
+def first_two_tokens(engine, prompt_tokens, rng, *, params, processor, rule, adaptive, draft_max=3):
+    """The first two tokens of one run; after an EOS first token, (EOS, None).
+    (max_tokens=3: the first pass drafts 2 tokens, a second pass 1.)"""
     out: list[int] = []
-    steps = engine.steps(prompt_tokens, params=PLAIN, draft_max=draft_max, max_tokens=3, rng=rng, adaptive=adaptive)
+    steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=3, rng=rng,
+                         adaptive=adaptive, processor=processor, rule=rule)
     for step in steps:
         out.extend(step.tokens)
         if step.finish_reason == "stop":
@@ -84,59 +210,154 @@ def _first_two_tokens(engine, prompt_tokens, rng, draft_max, adaptive):
     return out[0], (out[1] if out[0] != EOS else None)
 
 
-def _two_token_counts(engine, adaptive, n_runs=3000, seed=2024):
-    """Seeded runs' (first, second) tokens, binned, with the target's exact
-    joint probabilities enumerated from its logits for the same bins."""
-    target = engine.target
-    prompt = target.tokenize(PROMPT)
-    # p(t1) after the prompt, then p(t2 | t1) for every t1 the runs can meet
-    target.rewind(0)
-    p1 = to_probs(target.eval(prompt, n_logits=1)[0], PLAIN)
-    likely = [int(t) for t in np.flatnonzero(p1 * n_runs >= 0.5) if t != EOS]
-    joint = []
-    for t1 in likely:
-        target.rewind(len(prompt))
-        p2 = to_probs(target.eval([t1], n_logits=1)[0], PLAIN)
-        joint.append(p1[t1] * p2)
-    v = target.n_vocab
-    # bins: (t1, t2) for each likely t1; then "EOS first"; then "any other t1"
-    expected = np.concatenate(joint + [[p1[EOS], 1.0 - p1[likely].sum() - p1[EOS]]])
-    index = {t1: i for i, t1 in enumerate(likely)}
-    counts = np.zeros(len(expected), dtype=np.int64)
+def two_token_counts(engine, bins, n_runs, *, seed=2024, params=PLAIN, processor=None, rule="token",
+                     adaptive=False):
+    prompt = engine.target.tokenize(PROMPT)
+    counts = np.zeros(len(bins.likely) * bins.n_vocab + 2, dtype=np.int64)
     rng = np.random.default_rng(seed)
     for _ in range(n_runs):
-        t1, t2 = _first_two_tokens(engine, prompt, rng, draft_max=3, adaptive=adaptive)
-        counts[-2 if t1 == EOS else index[t1] * v + t2 if t1 in index else -1] += 1
-    return counts, expected
+        counts[bins.index(*first_two_tokens(engine, prompt, rng, params=params, processor=processor, rule=rule,
+                                            adaptive=adaptive))] += 1
+    return counts
+
+
+def detectable(expected: np.ndarray, n: int) -> float:
+    """The smallest w the check on these bins detects at n with power 0.99."""
+    return detectable_effect(n, len(pooled_bins(expected, n)) - 1)
+
+
+def check_exact(engine, *, w_bound, params=PLAIN, processor=None, rule="token", adaptive=False, n_runs=N_RUNS):
+    bins, expected = two_token_law(engine, params, processor, n_runs)
+    assert detectable(expected, n_runs) <= w_bound  # the power the docstring claims
+    counts = two_token_counts(engine, bins, n_runs, params=params, processor=processor, rule=rule,
+                              adaptive=adaptive)
+    assert_distributed_as(counts, expected)
+    return expected
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_two_token_distribution_matches_the_target(tiny_engine, policy, monkeypatch):
+def test_two_token_distribution_matches_the_target(engine, policy):
     """First and second tokens, jointly, against the target's exact
-    distribution enumerated from its logits; with a fixed draft length, the
-    adaptive policy, and a rule driven by past acceptance (k chosen from
-    past passes must not bias them)."""
-    adaptive = use_policy(tiny_engine, monkeypatch, policy)
-    assert_distributed_as(*_two_token_counts(tiny_engine, adaptive))
+    distribution at T = 1 without filters; with a fixed draft length, the real
+    adaptive policy (drafting: see CheapDraftPolicy), and a rule driven by
+    past acceptance (k chosen from past passes must not bias them).
+    N = 3,000 on 108 bins: detects w >= 0.201 with power 0.99."""
+    adaptive = use_policy(engine, policy)
+    check_exact(engine, w_bound=0.201, adaptive=adaptive)
+    if policy == "adaptive":
+        assert engine.policy.drafting_passes > 0
+        drafted = [k for _, k in engine.policy.choices if k > 0]
+        assert len(drafted) > N_RUNS // 2  # it drafted in most runs' first pass, not k = 0
+        assert len(engine.policy.ks_at_full_cap()) > 1  # more than one k at the same cap
 
 
-def test_two_token_check_catches_a_biased_engine(tiny_engine, monkeypatch):
+def test_two_token_distribution_with_filters_at_temperature_0_8(engine):
+    """The same at T = 0.8 with top-k 20, top-p 0.9 and min-p 0.02 on both
+    models' rows (the filters cut the supports apart: a draft token can be
+    outside the target's support). N = 3,000 on 65 bins: detects w >= 0.183."""
+    expected = check_exact(engine, w_bound=0.183, params=FILTERED)
+    n_first = len({i // engine.target.n_vocab for i in np.flatnonzero(expected[:-2])})
+    assert 2 <= n_first <= 20  # the filters matter: few first tokens are possible
+
+
+def test_two_token_distribution_with_penalties_and_logit_bias(engine):
+    """The same with a logit_bias and repeat, presence and frequency
+    penalties, built as the surfaces build them (options.processor_for); the
+    bias reshapes the first token's law, and the penalties the second's (they
+    see the first token). N = 3,000 on 98 bins: detects w >= 0.197."""
+    target = engine.target
+    prompt = target.tokenize(PROMPT)
+    raw = next_token_law(target, prompt, PLAIN, None)
+    order = np.argsort(raw)[::-1]
+    bias = {int(order[0]): -3.0, int(order[20]): 2.5}  # the likeliest token down, a rare one up
+    penalties = dict(repeat_penalty=1.3, presence_penalty=1.0, frequency_penalty=0.5)
+    processor = processor_for(n_vocab=target.n_vocab, logit_bias=bias, **penalties)
+    bias_only = processor_for(n_vocab=target.n_vocab, logit_bias=bias)
+    first = next_token_law(target, prompt, PLAIN, processor)
+    assert 0.5 * np.abs(first - raw).sum() > 0.3
+    t1 = int(np.argmax(first))
+    with_penalties = next_token_law(target, prompt + [t1], PLAIN, processor)
+    without = next_token_law(target, prompt + [t1], PLAIN, bias_only)
+    assert 0.5 * np.abs(with_penalties - without).sum() > 0.05
+    check_exact(engine, w_bound=0.197, processor=processor)
+
+
+def test_two_token_distribution_with_block_verification(engine):
+    """The same with rule="block" (two drafts judged as a block in the first
+    pass). N = 3,000 on 108 bins: detects w >= 0.201."""
+    check_exact(engine, w_bound=0.201, rule="block")
+
+
+def test_two_token_check_catches_a_biased_engine(engine, monkeypatch):
     """The same check fails an engine that keeps every draft token (so its
-    output follows the draft model): the test above has the power to fail."""
-    import specllama.engine as engine_module
+    output follows the draft model)."""
 
     def keep_all(p_row, q_draft, draft_tokens, rng):
         return len(draft_tokens), p_row(len(draft_tokens)).sample(rng.random())
 
     monkeypatch.setattr(engine_module, "verify_sparse", keep_all)
+    bins, expected = two_token_law(engine, PLAIN, None, N_RUNS)
     with pytest.raises(AssertionError, match="chi2"):
-        assert_distributed_as(*_two_token_counts(tiny_engine, adaptive=False))
+        assert_distributed_as(two_token_counts(engine, bins, N_RUNS), expected)
 
 
-def test_caches_match_a_fresh_evaluation_after_rejections(tiny_engine, tiny_pair):
-    engine = tiny_engine
-    fresh_target = LlamaModel(tiny_pair[0], n_ctx=TINY_CTX)
-    fresh_draft = LlamaModel(tiny_pair[1], n_ctx=TINY_CTX)
+def understated_ratio_law(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
+    """The next token's law when a draft token x is accepted with
+    min(1, 0.9 p(x)/q(x)): accepted mass min(q, 0.9 p), the rest from the
+    true residual max(0, p - q) / Z. At each context the engine's next token
+    follows it, whether it is the first pass's first position, its second
+    (after the first was kept) or a new pass's first (after a rejection)."""
+    kept = np.minimum(q_draft, 0.9 * p_target)
+    excess = np.maximum(p_target - q_draft, 0.0)
+    return kept + (1.0 - kept.sum()) * excess / excess.sum()
+
+
+def shrunk_residual_law(p_target: np.ndarray, q_draft: np.ndarray) -> np.ndarray:
+    """The next token's law when the residual is max(0, p - 0.9 q) / Z."""
+    kept = np.minimum(q_draft, p_target)
+    wrong = np.maximum(p_target - 0.9 * q_draft, 0.0)
+    return kept + (1.0 - kept.sum()) * wrong / wrong.sum()
+
+
+def test_a_planted_subtle_bias_is_caught(engine, monkeypatch):
+    """A subtle bias planted into the real acceptance code (each draft token
+    accepted with min(1, 0.9 p/q): the ratio understated by 10%) at T = 0.8
+    with filters. Its two-token law is computed exactly from both models'
+    logits; N is the least that gives the check power >= 0.99 against it
+    (4,498 runs; w = 0.152 on its 72 pooled bins). At that N and one seed the real
+    engine passes and the planted one fails, and the planted one does follow
+    the biased law computed for it.
+
+    The other planted bias of the issue, the residual max(0, p - 0.9 q), is
+    far subtler on this pair (the residual carries only the ~24% of mass the
+    draft misses): power 0.99 needs > 50,000 runs here (asserted below), too
+    many for this suite. tests/test_sampling.py plants it in the same
+    sampling code, on a pair where it shows, and catches it there."""
+    bins, expected = two_token_law(engine, FILTERED, None, 6000)
+    _, biased = two_token_law(engine, FILTERED, None, 6000, next_law=understated_ratio_law)
+    n = samples_for_power(expected, biased)
+    assert 3000 < n < 6000 and power(n, expected, biased) >= POWER
+    assert_distributed_as(two_token_counts(engine, bins, n, seed=77, params=FILTERED), expected)
+
+    walk = sampling._n_accepted
+    monkeypatch.setattr(sampling, "_n_accepted",
+                        lambda tokens, p_at, q_at, rng: walk(tokens, lambda i, x: 0.9 * p_at(i, x), q_at, rng))
+    counts = two_token_counts(engine, bins, n, seed=77, params=FILTERED)
+    with pytest.raises(AssertionError, match="chi2"):
+        assert_distributed_as(counts, expected)
+    assert_distributed_as(counts, biased)
+
+    _, residual_biased = two_token_law(engine, FILTERED, None, 6000, next_law=shrunk_residual_law)
+    assert samples_for_power(expected, residual_biased) > 50_000
+
+
+# -- caches, vocabularies, limits ---------------------------------------------
+
+
+def test_caches_match_a_fresh_evaluation_after_rejections(shared_engine, tiny_pair):
+    engine = shared_engine
+    fresh_target = LlamaModel(tiny_pair[0], n_ctx=TINY_CTX, n_threads=1)
+    fresh_draft = LlamaModel(tiny_pair[1], n_ctx=TINY_CTX, n_threads=1)
     prompt = engine.target.tokenize(PROMPT)
     for seed, n in [(1, 17), (2, 40), (3, 75)]:
         rng = np.random.default_rng(seed)
@@ -165,8 +386,8 @@ def test_caches_match_a_fresh_evaluation_after_rejections(tiny_engine, tiny_pair
 
 def test_foreign_vocabulary_is_refused(tiny_pair, foreign_draft):
     path, first_diff = foreign_draft
-    target = LlamaModel(tiny_pair[0], n_ctx=64)
-    draft = LlamaModel(path, n_ctx=64)
+    target = LlamaModel(tiny_pair[0], n_ctx=64, n_threads=1)
+    draft = LlamaModel(path, n_ctx=64, n_threads=1)
     with pytest.raises(SpecLlamaError) as info:
         SpeculativeEngine(target, draft)
     msg = str(info.value)
@@ -178,7 +399,7 @@ def test_foreign_vocabulary_is_refused(tiny_pair, foreign_draft):
 
 def test_full_context_finishes_with_length(tiny_pair):
     n_ctx = 24
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=n_ctx), LlamaModel(tiny_pair[1], n_ctx=n_ctx))
+    engine = open_engine(tiny_pair, n_ctx=n_ctx)
     prompt = engine.target.tokenize(PROMPT)
     r = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=None, adaptive=False)
     assert r.finish_reason == "length"
@@ -190,26 +411,26 @@ def test_full_context_finishes_with_length(tiny_pair):
 
 
 def test_prompt_longer_than_context_is_refused(tiny_pair):
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=8), None)
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=8, n_threads=1), None)
     with pytest.raises(SpecLlamaError, match=r"the prompt is 9 tokens but the context \(-c/--ctx-size\) holds 8"):
         generate(engine, "once upon a time there lived a king", params=GREEDY)
     engine.close()
 
 
-def test_max_tokens_and_stop_strings(tiny_engine):
-    r = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=7)
+def test_max_tokens_and_stop_strings(shared_engine):
+    r = generate(shared_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=7)
     assert (len(r.tokens), r.finish_reason) == (7, "length")
-    full = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=64).text
+    full = generate(shared_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=64).text
     stop = full[10:13]
-    cut = generate(tiny_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=64, stop=[stop])
+    cut = generate(shared_engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=64, stop=[stop])
     assert cut.finish_reason == "stop"
     assert cut.text == full[: full.index(stop)]
 
 
-def test_draft_never_reevaluates_the_prefix(tiny_engine, monkeypatch):
+def test_draft_never_reevaluates_the_prefix(shared_engine, monkeypatch):
     """Every draft eval call gets only tokens its cache lacks: the prompt once,
     then at most two tokens (the newest, and a bonus-accepted draft)."""
-    draft = tiny_engine.draft
+    draft = shared_engine.draft
     sizes: list[int] = []
     real_eval = draft.eval
 
@@ -219,9 +440,9 @@ def test_draft_never_reevaluates_the_prefix(tiny_engine, monkeypatch):
 
     monkeypatch.setattr(draft, "eval", counting_eval)
     draft.rewind(0)
-    r = generate(tiny_engine, PROMPT, params=PLAIN, draft_max=4, max_tokens=48, rng=np.random.default_rng(9),
+    r = generate(shared_engine, PROMPT, params=PLAIN, draft_max=4, max_tokens=48, rng=np.random.default_rng(9),
                  adaptive=False)
-    n_prompt = len(tiny_engine.target.tokenize(PROMPT))
+    n_prompt = len(shared_engine.target.tokenize(PROMPT))
     assert sizes[0] == n_prompt - 1
     assert max(sizes[1:]) <= 2
     # one draft call per drafted token

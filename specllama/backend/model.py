@@ -267,6 +267,38 @@ class LlamaModel:
         self.decode_seconds += time.perf_counter() - t0
         return rows
 
+    def warm_up(self, rows: Sequence[int] = (1,)) -> dict[int, float]:
+        """Decode each row count in ``rows`` once cold (llama.cpp allocates
+        buffers on the first pass of a size, as its own tools' warm-up
+        does), then once timed; leave the cache empty.
+
+        Returns:
+            rows -> seconds of one pass with that many logits rows.
+        """
+        token = self.bos if self.bos >= 0 else 0
+        self.rewind(0)
+        times: dict[int, float] = {}
+        try:
+            for n in sorted(set(rows)):
+                if n > min(self.n_batch, self.n_ctx):
+                    continue
+                self.rewind(0)
+                self.eval([token] * n, n_logits=n, copy=False)  # cold
+                self.rewind(0)
+                t0 = time.perf_counter()
+                self.eval([token] * n, n_logits=n, copy=False)
+                times[n] = time.perf_counter() - t0
+        finally:
+            self.rewind(0)
+        return times
+
+    def clear(self) -> None:
+        """Empty the cache, and tell the ``Llama`` object so (its own calls
+        then start afresh)."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        del self.tokens[:]
+        self.llama.n_tokens = 0
+
     def rewind(self, n_keep: int) -> None:
         """Drop every cached token from position ``n_keep`` on."""
         if n_keep < len(self.tokens):

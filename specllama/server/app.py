@@ -1,0 +1,202 @@
+"""The FastAPI app: OpenAI's completion and chat endpoints, llama-server's
+extras (``/health``, ``/metrics``, ``/tokenize``, ``/detokenize``,
+``timings``, per-request ``speculative.n_max``), over one model pair.
+
+Handlers only parse and format. A request body becomes
+``SpeculativeLlama.create_*`` keyword arguments (:mod:`.schemas`); the
+call checks every value (``policy="openai"``) and returns the API's chunk
+stream, which the worker runs when its turn comes (:mod:`.worker`);
+answers are the API's own dicts (:mod:`.jobs`). Errors are OpenAI error
+objects (:mod:`.errors`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+
+from ..api import _collect_chat, _collect_completion
+from ..options import check_prompt_tokens
+from .errors import ApiError, from_value_error, internal_error, shutting_down
+from .jobs import AsyncJob, events, respond
+from .metrics import Metrics
+from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
+from .model import ServedLlama
+from .schemas import (REFUSABLE, ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
+                      field_names, parse)
+from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
+from .worker import OK, QueueFull, ShuttingDown, Worker
+
+log = logging.getLogger("specllama.server")
+
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+SSE_SEPARATOR = "\n"  # "data: {...}\n\n", as OpenAI sends them
+
+
+def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
+    """The app serving ``llm``; ``app.state.worker`` runs its generations
+    (started and stopped by the app's lifespan; :meth:`Worker.shutdown`
+    ends the requests in flight, for SIGINT/SIGTERM)."""
+    metrics = Metrics(queue_length=lambda: worker.queue_length, running=lambda: worker.running)
+
+    def record(job: AsyncJob, outcome: str, stats) -> None:  # in the worker thread, before the job hears
+        metrics.record(job.endpoint, outcome, stats, time.perf_counter() - job.created if outcome == OK else None)
+
+    worker = Worker(max_queue=settings.max_queue, take_stats=llm.take_stats, on_finish=record)
+    # one thread turns bodies into API streams (tokenizing can take a while): in arrival order, off the event loop
+    intake = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specllama-intake")
+    started = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)  # at most one more target pass
+            intake.shutdown(wait=False)
+
+    middleware = [Middleware(AccessLog)]
+    if settings.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["Authorization", "Content-Type"], max_age=600))
+    middleware.append(Middleware(BodyLimit, max_bytes=settings.max_body_bytes))
+    if settings.api_key:
+        middleware.append(Middleware(ApiKeyAuth, api_key=settings.api_key, protected_prefixes=PROTECTED_PREFIXES))
+    app = FastAPI(title="specllama", lifespan=lifespan, middleware=middleware, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.worker = worker
+    app.state.metrics = metrics
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
+        error = ApiError(e.status_code, f"{e.detail}: {request.method} {request.url.path}", code=code)
+        return JSONResponse(error.body(), status_code=e.status_code, headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> JSONResponse:
+        # the traceback is logged by the server (Starlette re-raises after this answer)
+        return JSONResponse(internal_error().body(), status_code=500)
+
+    async def generation(request: Request, model: type, create: Callable, collect: Callable, endpoint: str,
+                         prompt_field: str):
+        try:
+            req = parse(model, await _json_body(request))
+            kwargs, renames = req.api_kwargs(settings.defaults)
+            try:
+                chunks = await asyncio.get_running_loop().run_in_executor(
+                    intake, partial(create, model=settings.alias, **kwargs))
+            except ValueError as e:  # the API's one validator said no
+                raise from_value_error(e, fields=field_names(model), prompt_field=prompt_field, renames=renames,
+                                       refusable=REFUSABLE) from None
+            job = AsyncJob(chunks, endpoint=endpoint)
+            try:
+                worker.submit(job)
+            except QueueFull:
+                chunks.close()
+                raise ApiError(503, f"the server is busy: {worker.max_queue} requests are already waiting "
+                                    f"(--max-queue); retry later", type="server_error", code="queue_full",
+                               headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+            except ShuttingDown:
+                chunks.close()
+                raise shutting_down() from None
+        except ApiError as e:
+            metrics.record(endpoint, "rejected" if e.status == 503 else "invalid")
+            setattr(request.state, NOTE_KEY, f"{e.code}: {e.message}")
+            raise
+        except Exception:
+            metrics.record(endpoint, "error")
+            raise
+        setattr(request.state, JOB_KEY, job)
+        if req.stream:
+            return EventSourceResponse(events(job, worker, include_usage=req.include_usage), sep=SSE_SEPARATOR,
+                                       shutdown_grace_period=SHUTDOWN_GRACE_SECONDS)
+        return await respond(job, worker, request, collect)
+
+    @app.post(COMPLETIONS)
+    async def completions(request: Request):
+        return await generation(request, CompletionRequest, llm.create_completion, _collect_completion,
+                                COMPLETIONS, "prompt")
+
+    @app.post(CHAT)
+    async def chat_completions(request: Request):
+        return await generation(request, ChatCompletionRequest, llm.create_chat_completion, _collect_chat,
+                                CHAT, "messages")
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        engine = llm.engine
+        draft = engine.draft.path if engine.draft is not None else ("prompt-lookup" if engine.drafter else None)
+        return {"object": "list", "data": [{
+            "id": settings.alias, "object": "model", "created": started, "owned_by": "specllama",
+            "meta": {"target": llm.model_path, "draft": draft, "n_ctx": engine.target.n_ctx,
+                     "n_vocab": engine.target.n_vocab, "draft_max": llm.draft_max, "adaptive": llm.adaptive}}]}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if not worker.accepting:
+            return JSONResponse(shutting_down().body(), status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict:
+        req = parse(TokenizeRequest, await _json_body(request))
+        tokens = await asyncio.to_thread(llm.tokenize, req.content, add_bos=req.add_special,
+                                         special=req.parse_special)
+        if not req.with_pieces:
+            return {"tokens": tokens}
+        return {"tokens": [{"id": t, "piece": _piece(llm.detokenize([t]))} for t in tokens]}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> dict:
+        req = parse(DetokenizeRequest, await _json_body(request))
+        try:
+            tokens = check_prompt_tokens(req.tokens, llm.engine.target.n_vocab)
+        except ValueError as e:
+            raise ApiError(400, str(e), param="tokens", code="invalid_value") from None
+        return {"content": llm.detokenize(tokens).decode("utf-8", errors="replace")}
+
+    if settings.static_dir:  # the web page, when there is one: open, after the API routes
+        from starlette.staticfiles import StaticFiles
+
+        app.mount("/", StaticFiles(directory=settings.static_dir, html=True), name="web")
+    return app
+
+
+async def _json_body(request: Request) -> object:
+    body = await request.body()
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
+
+
+def _piece(piece: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not UTF-8 on their own (as llama-server)."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)

@@ -1,0 +1,90 @@
+"""``specllama serve``: flags in, a running server out.
+
+Imports only click and light specllama modules at import time; FastAPI,
+uvicorn and the models load inside the command, so ``specllama --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+
+from ..cli import _n_predict, boundary, model_options
+from ..processors import DEFAULT_PENALTY_LAST_N
+from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, RequestDefaults, ServerSettings
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+API_KEY_ENV = "SPECLLAMA_API_KEY"
+
+
+@click.command()
+@model_options
+@click.option("--host", default=DEFAULT_HOST, show_default=True,
+              help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port.")
+@click.option("--api-key", envvar=API_KEY_ENV, default=None,
+              help=f"Require 'Authorization: Bearer KEY' on the API (also ${API_KEY_ENV}).")
+@click.option("--alias", default=None, help="The model id the server reports (default: the target's file name).")
+@click.option("--max-queue", type=click.IntRange(min=0), default=DEFAULT_MAX_QUEUE, show_default=True,
+              help="Requests that may wait behind the running one; more get 503 with Retry-After.")
+@click.option("--chat-format", default=None,
+              help="A named chat format (chatml, gemma, llama-3, ...) instead of the model's own template.")
+@click.option("--cors-origin", "cors_origins", multiple=True,
+              help="Allow cross-origin requests from this origin (repeatable; '*': any). None by default.")
+@click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
+              callback=_n_predict, help="max_tokens of a request that gives none (-1: until the model stops "
+                                        "or the context is full).")
+@boundary
+def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, host, port, api_key, alias,
+          max_queue, chat_format, cors_origins, n_predict, **o) -> None:
+    """Serve the pair over HTTP: OpenAI's /v1/completions and /v1/chat/completions.
+
+    Fields a request omits take the sampling flags here. One request runs at
+    a time, in arrival order. Stop with Ctrl-C or SIGTERM.
+    """
+    from ..chat_template import check_chat_format
+    from ..options import generation_kwargs
+
+    if o["repeat_last_n"] != DEFAULT_PENALTY_LAST_N:
+        raise click.ClickException(f"--repeat-last-n is fixed at {DEFAULT_PENALTY_LAST_N} in serve "
+                                   "(SpeculativeLlama takes no repeat_last_n)")
+    try:
+        check_chat_format(chat_format)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    defaults = RequestDefaults(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
+                               repeat_penalty=o["repeat_penalty"], presence_penalty=o["presence_penalty"],
+                               frequency_penalty=o["frequency_penalty"], max_tokens=n_predict)
+    # the defaults must pass the rules requests are held to, before anything loads
+    generation_kwargs(policy="openai", n_vocab=1, max_tokens=n_predict, draft_max=o["draft_max"],
+                      draft_min=o["draft_min"], rule=o["rule"], **defaults.sampling())
+
+    from .app import create_app
+    from .model import ServedLlama
+    from .run import log_to_stderr, run
+
+    log_to_stderr()
+    log = logging.getLogger("specllama.server")
+    with ServedLlama(model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+                     n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"],
+                     n_threads=threads, adaptive=not o["draft_fixed"], rule=o["rule"],
+                     chat_format=chat_format, policy="openai") as llm:
+        settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
+                                  max_queue=max_queue, cors_origins=tuple(cors_origins), defaults=defaults)
+        app = create_app(llm, settings)
+        engine = llm.engine
+        draft = engine.draft.path if engine.draft is not None else ("prompt-lookup" if engine.drafter else "none")
+        log.info(f"specllama serve: target {llm.model_path}, draft {draft} (--draft-max {o['draft_max']}, "
+                 f"{'fixed' if o['draft_fixed'] else 'adaptive'}), context {engine.target.n_ctx}; "
+                 f"{llm.chat_template().origin}; model id {settings.alias!r}")
+        if not settings.api_key and host not in LOOPBACK:
+            log.warning(f"listening on {host} without --api-key: anyone who can reach it can use it")
+        worker = app.state.worker
+        try:
+            run(app, host=host, port=port, on_exit=worker.shutdown)
+        finally:
+            worker.stop()  # before the models are freed
+        log.info("specllama serve: stopped, models freed")

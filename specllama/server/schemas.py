@@ -1,0 +1,265 @@
+"""Request bodies: pydantic models of the OpenAI (and llama-server) fields,
+and their translation into ``SpeculativeLlama`` keyword arguments.
+
+The models check JSON *types* only (strict: ``"0.5"`` is not a number).
+Values are checked once, by the API under ``policy="openai"``
+(:mod:`specllama.options`); this module only renames fields, fills in the
+server's defaults for omitted sampling fields, and refuses what the API has
+no name for. Fields that do not change the output (``user``, ``metadata``,
+...) and unknown ones are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..processors import DEFAULT_PENALTY_LAST_N
+from .errors import ApiError
+from .settings import RequestDefaults
+
+# llama-server sampler options SpeculativeLlama has no argument for: refused
+# unless neutral (the API refuses its own: suffix, typical_p, tfs_z,
+# mirostat_mode, grammar, response_format, tools, ...).
+SERVER_NEUTRAL: dict[str, Any] = {
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "dynatemp_range": 0.0,
+    "top_n_sigma": -1.0,
+    "repeat_last_n": DEFAULT_PENALTY_LAST_N,
+    "json_schema": None,
+}
+# the names (HTTP side) of every option refused unless neutral
+REFUSABLE = set(SERVER_NEUTRAL) | {"suffix", "typical_p", "tfs_z", "mirostat", "mirostat_mode", "grammar",
+                                   "response_format", "tools", "tool_choice", "functions", "function_call"}
+NO_TOOL_CHOICE = (None, "none", "auto")  # harmless without tools
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool | None = None
+
+
+class Speculative(_Strict):
+    """llama-server's per-request speculation: ``n_max`` draft tokens at most (0: none)."""
+
+    n_max: int | None = None
+
+
+class _Generation(_Strict):
+    """The fields both generation endpoints take."""
+
+    model: str | None = None  # one model is served: the name is not checked
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    n: int | None = None
+    speculative: Speculative | None = None
+    speculative_n_max: int | None = Field(None, alias="speculative.n_max")
+    # refused unless neutral
+    typical_p: float | None = None
+    tfs_z: float | None = None
+    mirostat: int | None = None
+    mirostat_mode: int | None = None
+    grammar: str | None = None
+    json_schema: Any = None
+    dry_multiplier: float | None = None
+    xtc_probability: float | None = None
+    dynatemp_range: float | None = None
+    top_n_sigma: float | None = None
+    repeat_last_n: int | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def _common(self, defaults: RequestDefaults, max_tokens: int | None) -> tuple[dict, dict[str, str]]:
+        """API keyword arguments and the renames (API name -> field name) for error messages."""
+        for name in ("n", "best_of"):
+            value = getattr(self, name, None)
+            if value is not None and value != 1:
+                raise ApiError(400, f"{name} must be 1 (one choice per request is supported), got {value}",
+                               param=name, code="unsupported_value")
+        for name, neutral in SERVER_NEUTRAL.items():
+            value = getattr(self, name)
+            if value is not None and value != neutral:
+                raise ApiError(400, f"{name}={value!r} is not supported by speculative decoding here "
+                                    f"(leave it at {neutral!r})", param=name, code="unsupported_parameter")
+        kwargs = defaults.sampling()
+        for name in kwargs:
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
+        kwargs.update(max_tokens=defaults.max_tokens if max_tokens is None else max_tokens, stop=self.stop,
+                      seed=self.seed, logit_bias=self.logit_bias, stream=True, timings=True)
+        renames: dict[str, str] = {}
+        n_max = self.speculative_n_max
+        if n_max is None and self.speculative is not None:
+            n_max = self.speculative.n_max
+        if n_max is not None:
+            kwargs["draft_max"] = n_max
+            renames["draft_max"] = "speculative.n_max"
+        for name in ("typical_p", "tfs_z", "mirostat_mode"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
+        if self.mirostat is not None:
+            kwargs["mirostat_mode"] = self.mirostat
+            renames["mirostat_mode"] = "mirostat"
+        if self.grammar:
+            kwargs["grammar"] = self.grammar
+        return kwargs, renames
+
+
+class CompletionRequest(_Generation):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool | None = False
+    logprobs: int | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def api_kwargs(self, defaults: RequestDefaults) -> tuple[dict, dict[str, str]]:
+        """``SpeculativeLlama.create_completion`` keyword arguments, and renames."""
+        kwargs, renames = self._common(defaults, self.max_tokens)
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise ApiError(400, f"prompt must be one string or one list of token ids (batches of prompts are "
+                                    f"not supported), got {len(prompt)} prompts", param="prompt",
+                               code="unsupported_value")
+            prompt = prompt[0]
+        kwargs.update(prompt=prompt, echo=bool(self.echo), logprobs=self.logprobs)
+        if self.suffix:
+            kwargs["suffix"] = self.suffix
+        return kwargs, renames
+
+
+class ChatCompletionRequest(_Generation):
+    """``POST /v1/chat/completions``."""
+
+    messages: Any  # checked by the API (specllama.chat_template.normalize_messages)
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: dict[str, Any] | None = None
+
+    def api_kwargs(self, defaults: RequestDefaults) -> tuple[dict, dict[str, str]]:
+        """``SpeculativeLlama.create_chat_completion`` keyword arguments, and renames."""
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        kwargs, renames = self._common(defaults, max_tokens)
+        if self.max_completion_tokens is not None:
+            renames["max_tokens"] = "max_completion_tokens"
+        renames["logprobs"] = "top_logprobs"  # the API checks top_logprobs as "logprobs"
+        kwargs.update(messages=self.messages, logprobs=bool(self.logprobs), top_logprobs=self.top_logprobs)
+        if self.response_format is not None and self.response_format.get("type") != "text":
+            kwargs["response_format"] = self.response_format
+        for name, choice in (("tools", "tool_choice"), ("functions", "function_call")):
+            if getattr(self, name):
+                kwargs[name] = getattr(self, name)
+            if getattr(self, choice) not in NO_TOOL_CHOICE:
+                kwargs[choice] = getattr(self, choice)
+        return kwargs, renames
+
+
+class TokenizeRequest(_Strict):
+    """``POST /tokenize``, as llama-server: special tokens parsed, no BOS unless asked."""
+
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Strict):
+    """``POST /detokenize``."""
+
+    tokens: list[int]
+
+
+def field_names(model: type[BaseModel]) -> set[str]:
+    """Every name a request may use for a field (aliases included)."""
+    return {f.alias or name for name, f in model.model_fields.items()} | {"speculative.n_max"}
+
+
+def parse(model: type[BaseModel], data: object):
+    """The request model for a decoded JSON body, or an :class:`ApiError`
+    naming the first field of the wrong type."""
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {_json_kind(data)}", code="invalid_type")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise _type_error(model, data, e.errors()[0]) from None
+
+
+def _type_error(model: type[BaseModel], data: dict, error: dict) -> ApiError:
+    loc = error["loc"]
+    name = str(loc[0])
+    if error["type"] == "missing" and len(loc) == 1:
+        return ApiError(400, f"Missing required parameter: '{name}'.", param=name, code="missing_required_parameter")
+    field = next(f for n, f in model.model_fields.items() if (f.alias or n) == name)
+    annotation, value, param = field.annotation, data.get(name), name
+    nested = _model_in(annotation)
+    if nested is not None and len(loc) > 1 and loc[1] in nested.model_fields and isinstance(value, dict):
+        annotation, value = nested.model_fields[loc[1]].annotation, value.get(loc[1])
+        param = f"{name}.{loc[1]}"
+    return ApiError(400, f"Invalid type for '{param}': expected {describe(annotation)}, got {_short(value)}.",
+                    param=param, code="invalid_type")
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    for a in (annotation, *get_args(annotation)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
+
+
+def describe(annotation: Any) -> str:
+    """A JSON type in words: ``str | list[str] | None`` -> "a string or a list of strings"."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " or ".join(describe(a) for a in get_args(annotation) if a is not type(None))
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is list:
+        return f"a list of {_plural(describe(args[0]))}"
+    if origin is dict:
+        return f"an object of {_plural(describe(args[1]))}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "an object"
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    return names.get(annotation, "a JSON value")
+
+
+def _plural(phrase: str) -> str:
+    first, _, rest = phrase.split(" ", 1)[1].partition(" ")  # drop the article
+    return f"{first}s" + (f" {rest}" if rest else "")
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
