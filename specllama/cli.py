@@ -13,10 +13,12 @@ import sys
 import click
 
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
+from .colors import COLOR_MODES, color_enabled, legend, styled
+from .demo import DEMO_CHAT
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS, stream_generate
 from .opener import open_engine
-from .options import DEFAULT_RULE, RULES, generation_kwargs, sampling_params
+from .options import DEFAULT_RULE, RULES, check_draft, generation_kwargs, sampling_params
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -85,6 +87,9 @@ def model_options(f):
     f = filter_options(f)
     f = penalty_options(f)
     f = _apply(f, [
+        click.option("--color", "color", type=click.Choice(COLOR_MODES), default="auto", show_default=True,
+                     help="Colour the text by origin: tokens drafted and accepted, tokens the target sampled "
+                          "(auto: on a terminal)."),
         click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
                      default=DEFAULT_DRAFT_MAX, show_default=True,
                      help="Most tokens drafted per target pass (0: no draft). The length adapts below it."),
@@ -112,9 +117,10 @@ def _kwargs(engine, o: dict, max_tokens: int | None, stop=()) -> dict:
 
 
 def _check_sampling(o: dict) -> None:
-    """Sampling flags checked before any model is loaded."""
+    """Sampling and draft flags checked before any model is loaded."""
     sampling_params(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
                     seed=o["seed"])
+    check_draft(o["draft_max"], o["draft_min"])
 
 
 def boundary(f):
@@ -166,24 +172,28 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
              stop, as_json, **o) -> None:
     """Generate text after a prompt; stats go to stderr."""
     _check_sampling(o)
+    color = not as_json and color_enabled(o["color"], sys.stdout)
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
                      n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
         kwargs = _kwargs(engine, o, n_predict, stop)
-        pieces, tokens, finish, stats = [], [], "interrupted", None
+        if color:
+            click.echo(legend(), err=True, color=True)
+        pieces, tokens, origins, finish, stats = [], [], [], "interrupted", None
         try:
             for chunk in stream_generate(engine, prompt, **kwargs):
                 pieces.append(chunk.text)
                 tokens.extend(chunk.tokens)
+                origins.extend(chunk.origins)
                 stats = chunk.stats
                 if chunk.finish_reason:
                     finish = chunk.finish_reason
                 if not as_json and chunk.text:
-                    click.echo(chunk.text, nl=False)
+                    click.echo(styled(chunk.pieces) if color else chunk.text, nl=False, color=color)
                     sys.stdout.flush()
         except KeyboardInterrupt:
             pass  # Ctrl-C ends this generation; what came so far stands
         if as_json:
-            out = {"text": "".join(pieces), "tokens": tokens, "finish_reason": finish}
+            out = {"text": "".join(pieces), "tokens": tokens, "origins": origins, "finish_reason": finish}
             out.update(stats.as_dict() if stats else {})
             click.echo(json.dumps(out))
         else:
@@ -215,7 +225,8 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
-                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads,
+                     default_pair=DEMO_CHAT) as engine:
         kwargs = _kwargs(engine, o, n_predict)
         template = template_for(engine.target, chat_format)
         session = ChatSession(engine, template, system_prompt, params=kwargs["params"], draft_max=kwargs["draft_max"],
@@ -224,7 +235,7 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
         draft = ("no draft" if engine.drafter is None else
                  f"draft {engine.draft.path if engine.draft else 'prompt-lookup'} (--draft-max {o['draft_max']})")
         repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {template.origin}. "
-                                 "/help for commands.")
+                                 "/help for commands.", color=color_enabled(o["color"], sys.stdout))
 
 
 def _number_list(kind: type, name: str, minimum: float):

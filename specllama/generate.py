@@ -52,6 +52,9 @@ class Chunk:
             and the most likely alternatives ``[(token, logprob), ...]``,
             under the processed target distribution (the processor applied,
             before temperature and filters).
+        pieces: ``text`` split by origin: ``(text, origin)`` pairs, each the
+            text that became safe to show when a token arrived (text held
+            back for a stop string goes with the token that released it).
     """
 
     text: str
@@ -61,6 +64,7 @@ class Chunk:
     origins: list[str] = field(default_factory=list)
     eog_token: int | None = None
     logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
+    pieces: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +89,9 @@ def tokenize_prompt(engine: SpeculativeEngine, prompt: str | Sequence[int]) -> l
         raise SpecLlamaError(f"the prompt must be a string or a list of token ids, got {type(prompt).__name__}")
     if not tokens:
         raise SpecLlamaError("the prompt is empty (give some text with -p/--prompt)")
+    if target.n_ctx < 2:
+        raise SpecLlamaError(f"a context of {target.n_ctx} token (-c/--ctx-size) cannot hold a prompt and a new "
+                             "token: use -c 2 or more")
     if len(tokens) >= target.n_ctx:
         raise SpecLlamaError(
             f"the prompt is {len(tokens)} tokens but the context (-c/--ctx-size) holds {target.n_ctx}: "
@@ -167,7 +174,7 @@ def stream_generate(
     try:
         for step in steps:
             stats.observe_pass(step.n_drafted, step.n_accepted)
-            delta, tokens, origins, lps = "", [], [], []
+            delta, tokens, origins, lps, pieces = "", [], [], [], []
             finish, eog = step.finish_reason, step.eog_token
             for j, tok in enumerate(step.tokens):
                 if logprobs is not None and step.target_logits is not None:
@@ -175,7 +182,10 @@ def stream_generate(
                 tokens.append(tok)
                 origins.append(DRAFT if j < step.n_accepted else TARGET)
                 seq.append(tok)
-                delta += text.push(target.token_bytes(tok))  # type: ignore[attr-defined]
+                piece = text.push(target.token_bytes(tok))  # type: ignore[attr-defined]
+                delta += piece
+                if piece:
+                    pieces.append((piece, origins[-1]))
                 if text.stopped or (stopping_criteria is not None and step.target_logits is not None
                                     and stopping_criteria(np.asarray(seq, dtype=np.intc), step.target_logits[j])):
                     # the tokens end where the text ends: the rest of this pass is dropped
@@ -190,11 +200,14 @@ def stream_generate(
             if not stats.ttft_seconds and tokens:
                 stats.ttft_seconds = stats.prompt_seconds + stats.seconds
             if finish is not None:
-                delta += text.flush()
-                yield Chunk(delta, tokens, finish, stats, origins, eog, lps)
+                rest = text.flush()
+                if rest:
+                    delta += rest
+                    pieces.append((rest, origins[-1] if origins else TARGET))
+                yield Chunk(delta, tokens, finish, stats, origins, eog, lps, pieces)
                 return
             if delta or tokens:
-                yield Chunk(delta, tokens, None, stats, origins, logprobs=lps)
+                yield Chunk(delta, tokens, None, stats, origins, logprobs=lps, pieces=pieces)
     finally:
         steps.close()
 

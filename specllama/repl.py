@@ -10,6 +10,7 @@ from typing import Callable
 import click
 
 from .chat import ChatSession
+from .colors import legend, styled
 from .demo import cache_dir
 from .errors import SpecLlamaError
 
@@ -93,11 +94,14 @@ def _stats_line(session: ChatSession) -> str:
     )
 
 
-def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str = "") -> None:
-    """Run the chat until /exit or end of input."""
+def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str = "", color: bool = False) -> None:
+    """Run the chat until /exit or end of input (``color``: replies coloured
+    by token origin)."""
     save_history = _setup_line_editing()
     if banner:
         click.secho(banner, err=True, dim=True)
+    if color:
+        click.echo(legend(), err=True, color=True)
     try:
         while True:
             try:
@@ -110,7 +114,7 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
                 click.echo("")
                 if e.text.strip():
                     click.secho('(the input ended inside a """ block: sending what it held)', err=True, dim=True)
-                    _reply(session, e.text)
+                    _reply(session, e.text, color)
                 return
             except EOFError:
                 click.echo("")
@@ -134,17 +138,17 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
                         "(system prompt removed)" if had else "(no system prompt is set)")
                 click.secho(note, err=True, dim=True)
             elif cmd.startswith("//"):
-                _reply(session, text.lstrip()[1:])  # a literal "/..." message
+                _reply(session, text.lstrip()[1:], color)  # a literal "/..." message
             elif cmd.startswith("/"):
                 click.secho(f"unknown command {cmd.split()[0]!r}; commands: {', '.join(COMMANDS)} "
                             "(start a message with // to send a literal /)", err=True)
             else:
-                _reply(session, text)
+                _reply(session, text, color)
     finally:
         save_history()
 
 
-def _reply(session: ChatSession, text: str) -> None:
+def _reply(session: ChatSession, text: str, color: bool = False) -> None:
     try:
         turn = session.send(text)
     except SpecLlamaError as e:
@@ -156,7 +160,7 @@ def _reply(session: ChatSession, text: str) -> None:
     try:
         for chunk in turn:
             if chunk.text:
-                click.echo(chunk.text, nl=False)
+                click.echo(styled(chunk.pieces) if color else chunk.text, nl=False, color=color)
                 sys.stdout.flush()
     except KeyboardInterrupt:
         interrupted = True

@@ -30,7 +30,7 @@ import platform
 import shlex
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -599,10 +599,16 @@ def format_report(result: VerifyResult) -> str:
     lines.append(f"batch rounding: the first token's logits differ by at most {result.batch_logit_diff:.3g} "
                  f"between the one-row decode and a speculative batch (the top two logits are "
                  f"{result.top_logit_gap:.3g} apart)")
+    n_forbidden = sum(c.test.off_support for c in result.checks if c.test is not None)
+    if n_forbidden and not result.greedy:
+        lines.append(f"note: {n_forbidden} samples were tokens the filters of the one-row decode exclude; a token "
+                     "within the batch rounding of a top-k/top-p/min-p boundary can cross it without a fault in "
+                     "speculative decoding: rerun with --top-k 0 --top-p 1 --min-p 0 to tell")
     n_tested = sum(c.kind == CHI_SQUARE for c in result.checks)
     skipped = [c.name for c in result.checks if c.kind == SKIPPED]
+    plural = "s" if n_tested > 1 else ""
     level = (f"each chi-square check at alpha {result.alpha:g}, overall alpha {result.overall_alpha:g} "
-             f"(Bonferroni, {n_tested} check{'s' if n_tested > 1 else ''})" if n_tested else "deterministic checks only")
+             f"(Bonferroni, {n_tested} check{plural})" if n_tested else "deterministic checks only")
     verdict = f"{result.verdict}: {level}"
     if skipped:
         verdict += f"; {' and '.join(skipped)} check skipped"

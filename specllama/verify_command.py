@@ -63,10 +63,15 @@ def _build() -> click.Command:
                         "threads": threads or default_threads()}
             settings.update({k: o[k] for k in ("repeat_penalty", "repeat_last_n", "presence_penalty",
                                                "frequency_penalty")})
-            with click.progressbar(length=samples, label="verify", file=sys.stderr) as bar:
+            # the bar shows from the first sample on: an error found before sampling is alone on stderr
+            bar = click.progressbar(length=samples, label="verify", file=sys.stderr)
+            try:
                 result = run_verify(engine, params=kwargs["params"], processor=kwargs["processor"], prompt=prompt,
                                     n_samples=samples, draft_max=draft_max, rule=rule, settings=settings,
                                     on_sample=lambda: bar.update(1))
+            finally:
+                if bar.pos:
+                    bar.render_finish()
         click.echo(json.dumps(result.as_dict()) if as_json else format_report(result))
         if not result.passed:
             sys.exit(1)

@@ -45,7 +45,8 @@ def fresh_engine(tiny_pair):
     from specllama.engine import SpeculativeEngine
 
     target, draft = tiny_pair
-    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX), LlamaModel(draft, n_ctx=TINY_CTX))
+    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
+                               LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
     yield engine
     engine.close()
 
@@ -56,6 +57,7 @@ def tiny_engine(tiny_pair):
     from specllama.engine import SpeculativeEngine
 
     target, draft = tiny_pair
-    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX), LlamaModel(draft, n_ctx=TINY_CTX))
+    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
+                               LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
     yield engine
     engine.close()

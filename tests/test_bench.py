@@ -4,11 +4,12 @@ tiny models; the plot; bad input."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 
-from specllama.bench import load_prompts, predicted_speedup
+from specllama.bench import TABLE_COLUMNS, load_prompts, predicted_speedup
 from specllama.cli import main
 
 ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "acceptance_rate",
@@ -17,7 +18,7 @@ ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "ac
 
 
 def bench(tiny_pair, *args: str):
-    return CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "1024", *args])
+    return CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "1024", "-t", "1", *args])
 
 
 def test_predicted_speedup_formula():
@@ -31,7 +32,8 @@ def test_predicted_speedup_formula():
     assert predicted_speedup(0.5, 0, 10.0, 3.0, 10.0) == 1.0
 
 
-def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path):
+def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_COST_CACHE", "0")  # the adaptive rows start cold, not from saved costs
     png = tmp_path / "bench.png"
     r = bench(tiny_pair, "--json", "-n", "24", "--draft-max", "1,3", "--temp", "0,1", "--plot", str(png))
     assert r.exit_code == 0, r.output
@@ -47,14 +49,31 @@ def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path):
                                       row["draft_ms_per_token"], row["verify_ms_per_pass"])
         assert row["predicted_speedup"] == pytest.approx(predicted)
         assert row["efficiency"] == pytest.approx(row["speedup"] / row["predicted_speedup"])
-        assert 0 < row["acceptance_rate"] < 1 if not row["adaptive"] else 0 <= row["acceptance_rate"] <= 1
-        assert 1 <= row["tokens_per_pass"] <= row["draft_max"] + 1
-        assert 0 <= row["mean_draft_length"] <= row["draft_max"]
+        rate, per_pass, mean_k = row["acceptance_rate"], row["tokens_per_pass"], row["mean_draft_length"]
+        # Each pass emits its accepted drafts and one token of the target's (the
+        # budget caps drafts so the last pass does too), so n_tokens = n_accepted
+        # + passes: rate = n_accepted / n_drafted = (tokens/pass - 1) / (drafts/pass).
+        # A run that ends at an end-of-generation token emits one token fewer: only
+        # an adaptive row at temperature > 0 (its draws follow its timing-driven
+        # choices) may meet one here, and it can only raise the rate.
+        assert 0 <= mean_k <= row["draft_max"]
+        if mean_k == 0:  # only the adaptive policy may decline to draft at all
+            assert row["adaptive"] and rate == 0 and per_pass == 1 and row["acceptance_by_position"] == []
+        else:
+            implied = (per_pass - 1) / mean_k
+            if row["adaptive"] and row["temperature"] > 0:
+                assert rate >= implied - 1e-12
+            else:
+                assert rate == pytest.approx(implied, rel=1e-9)
+            # rate > 0; an adaptive row at temperature > 0 may have drafted a few tokens only, all rejected
+            assert (0 <= rate if row["adaptive"] and row["temperature"] > 0 else 0 < rate) and rate <= 1
+            assert 1 <= per_pass <= 1 + mean_k
+            assert 1 <= len(row["acceptance_by_position"]) <= row["draft_max"]
         if not row["adaptive"]:  # a fixed length drafts k except where the budget runs out
-            assert row["mean_draft_length"] > row["draft_max"] - 1
+            assert rate < 1
+            assert mean_k > row["draft_max"] - 1
         else:
             assert row["vs_best_fixed"] > 0
-        assert len(row["acceptance_by_position"]) <= row["draft_max"]
         if row["draft_max"] == 1:  # one position: its rate is the overall rate
             assert row["acceptance_by_position"] == [pytest.approx(row["acceptance_rate"])]
     assert out["recommendation"].startswith("best: --draft-max")
@@ -72,9 +91,14 @@ def test_table_output(tiny_pair):
     r = bench(tiny_pair, "-n", "12", "--draft-max", "2", "--temp", "0.5")
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert lines[0].split()[:4] == ["temp", "k", "target", "tok/s"]
-    assert lines[2].split()[:2] == ["0.5", "2"]
-    assert lines[-1].startswith("best: --draft-max ")
+    assert len(lines) == 7
+    assert re.split(r"\s{2,}", lines[0].strip()) == [header for header, _, _ in TABLE_COLUMNS]
+    assert set(lines[1].replace(" ", "")) == {"-"} and len(lines[1]) == len(lines[0])
+    assert lines[2].split()[:3] == ["0.5", "token", "2"]
+    assert lines[3].split()[:2] == ["0.5", "token"] and re.search(r"  auto<=2 \(\d\.\d\)  ", lines[3])
+    assert re.fullmatch(r"peak RSS \d+ MB; 12 tokens x 4 prompts x 1", lines[4])
+    assert re.fullmatch(r"adaptive vs best fixed k, worst prompt: temp 0\.5: \d\.\d{3}", lines[5])
+    assert lines[6].startswith("best: --draft-max ")
 
 
 def test_only_some_builtin_prompts(tiny_pair):

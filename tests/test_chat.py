@@ -18,8 +18,12 @@ from specllama.sampling import SamplingParams
 GREEDY = SamplingParams(temperature=0)
 
 
+# deterministic flags: greedy, a fixed draft length, one llama.cpp thread
+FIXED = ("--temp", "0", "--draft-max", "4", "--draft-fixed", "-t", "1")
+
+
 def chat(tiny_pair, script: str, *flags: str):
-    args = ["chat", "-m", tiny_pair[0], "-md", tiny_pair[1], "--temp", "0", *flags]
+    args = ["chat", "-m", tiny_pair[0], "-md", tiny_pair[1], "--temp", "0", "-t", "1", *flags]
     return CliRunner().invoke(main, args, input=script)
 
 
@@ -27,18 +31,74 @@ def drain(turn) -> str:
     return "".join(c.text for c in turn)
 
 
-def test_two_turns_stats_reset_exit(tiny_pair):
-    r = chat(tiny_pair, "hello king\nthe cat\n/stats\n/reset\n/stats\nonce upon\n/exit\nnever sent\n",
-             "-c", "512", "-n", "8")
+def library_session(tiny_pair, *, n_ctx: int, max_tokens: int | None, system: str | None = None) -> ChatSession:
+    """The session the REPL runs for FIXED flags, built directly."""
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=n_ctx, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=n_ctx, n_threads=1))
+    return ChatSession(engine, template_for(engine.target), system, params=GREEDY, draft_max=4, adaptive=False,
+                       max_tokens=max_tokens)
+
+
+def summary_pattern(stats) -> str:
+    """stats.summary() as a regex: every figure exact but the speed."""
+    return (f"{stats.n_tokens} tokens, [0-9.]+ tok/s, drafted {stats.n_drafted}, accepted {stats.n_accepted} "
+            f"\\({100 * stats.acceptance_rate:.1f}%\\), {stats.tokens_per_pass:.2f} tokens/target pass")
+
+
+def stats_pattern(last, total, n_replies: int) -> str:
+    """The two lines of /stats as a regex (time to first token left free)."""
+    return (f"last reply: {summary_pattern(last)}; time to first token [0-9]+ ms "
+            f"\\({last.n_prompt_evaluated} new prompt tokens evaluated\\)\n"
+            f"session \\({n_replies} replies\\): {summary_pattern(total)}\n")
+
+
+def banner(tiny_pair, draft_max: int = 4) -> str:
+    return (f"specllama chat: {tiny_pair[0]}, draft {tiny_pair[1]} (--draft-max {draft_max}); no chat template in "
+            "the model; using 'llama-2' (--chat-format to change). /help for commands.\n")
+
+
+def test_two_turns_stats_reset_exit(tiny_pair, monkeypatch):
+    """The whole transcript of two turns, /stats, /reset, /stats, a third
+    turn, /stats and /exit, against the same session run directly; /reset
+    empties the history: the third reply is a fresh session's first."""
+    monkeypatch.setenv("SPECLLAMA_COST_CACHE", "0")
+    r = chat(tiny_pair, "hello king\nthe cat\n/stats\n/reset\n/stats\nonce upon\n/stats\n/exit\nnever sent\n",
+             "-c", "512", "-n", "8", *FIXED)
     assert r.exit_code == 0, r.output
-    out = r.stdout
-    # /stats after two replies of 8 tokens
-    assert "last reply: 8 tokens" in out
-    assert "session (2 replies): 16 tokens" in out
-    # /reset keeps the totals (they are the session's) and clears the history
-    assert "(conversation cleared)" in r.stderr
-    assert "session (3 replies)" not in out  # /exit came before a fourth line was read
-    assert r.stderr.count("8 tokens, ") == 3  # a stats line after each of the three replies
+
+    session = library_session(tiny_pair, n_ctx=512, max_tokens=8)
+    replies = [drain(session.send("hello king"))]
+    last1 = session.last_stats
+    replies.append(drain(session.send("the cat")))
+    last2, total2 = session.last_stats, session.total_stats
+    session.reset()
+    replies.append(drain(session.send("once upon")))
+    last3, total3 = session.last_stats, session.total_stats
+    session.engine.close()
+    fresh = library_session(tiny_pair, n_ctx=512, max_tokens=8)
+    first_reply = drain(fresh.send("once upon"))
+    fresh.engine.close()
+    # without /reset the third turn sees the history, and its reply differs
+    kept = library_session(tiny_pair, n_ctx=512, max_tokens=8)
+    drain(kept.send("hello king"))
+    drain(kept.send("the cat"))
+    with_history = drain(kept.send("once upon"))
+    kept.engine.close()
+    assert replies[2] == first_reply != with_history
+    # the prompt after /reset is a first turn's, token for token
+    assert last3.n_prompt_tokens == fresh.last_stats.n_prompt_tokens < kept.last_stats.n_prompt_tokens
+    assert (total3.n_tokens, last3.n_tokens) == (24, 8)
+
+    stats2 = stats_pattern(last2, total2, 2)
+    expected_out = ("> " + re.escape(replies[0]) + "\n> " + re.escape(replies[1]) + "\n> " + stats2
+                    + "> > " + stats2 + "> " + re.escape(replies[2]) + "\n> " + stats_pattern(last3, total3, 3) + "> ")
+    stdout = r.stdout_bytes.decode()  # not .stdout: it folds a reply's final CR into the newline
+    assert re.fullmatch(expected_out, stdout), stdout
+    assert "session (3 replies): 24 tokens, " in stdout
+    cut = "\\(reply cut at -n 8 tokens\\)\n"
+    expected_err = (re.escape(banner(tiny_pair)) + cut + summary_pattern(last1) + "\n" + cut
+                    + summary_pattern(last2) + "\n\\(conversation cleared\\)\n" + cut + summary_pattern(last3) + "\n")
+    assert re.fullmatch(expected_err, r.stderr), r.stderr
 
 
 def test_second_turn_costs_the_same_whatever_the_history(tiny_pair):
@@ -46,7 +106,8 @@ def test_second_turn_costs_the_same_whatever_the_history(tiny_pair):
     tokens after a short and after a long first exchange."""
     evaluated = []
     for first in ("hello", "once upon a time there lived a king " * 12):
-        engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=1024), LlamaModel(tiny_pair[1], n_ctx=1024))
+        engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=1024, n_threads=1),
+                                   LlamaModel(tiny_pair[1], n_ctx=1024, n_threads=1))
         template = template_for(engine.target, "chatml")
         session = ChatSession(engine, template, "you are a cat", params=GREEDY, max_tokens=12)
         drain(session.send(first))
@@ -60,7 +121,8 @@ def test_second_turn_costs_the_same_whatever_the_history(tiny_pair):
 
 
 def test_context_overflow_drops_oldest_turns_keeps_system(tiny_pair):
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=160), LlamaModel(tiny_pair[1], n_ctx=160))
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=160, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=160, n_threads=1))
     template = template_for(engine.target)
     session = ChatSession(engine, template, "be brief", params=GREEDY, max_tokens=16)
     long_msg = "the king and the queen went to the house " * 3

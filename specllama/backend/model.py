@@ -26,6 +26,7 @@ from .log import quiet_stderr
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
 DEFAULT_N_GPU_LAYERS = 0
+MAX_N_CTX = 2**32 - 256  # llama.cpp keeps n_ctx in 32 bits and rounds it up to a multiple of 256
 
 
 def is_llama(obj: object) -> bool:
@@ -63,6 +64,9 @@ class LlamaModel:
         self.path = check_gguf_file(path)
         if n_ctx < 1:
             raise SpecLlamaError(f"context size must be >= 1 token, got {n_ctx}")
+        if n_ctx > MAX_N_CTX:
+            raise SpecLlamaError(f"context size {n_ctx} is beyond what llama.cpp can hold: use -c/--ctx-size "
+                                 f"{MAX_N_CTX} or less")
         if n_threads is not None and n_threads < 1:
             raise SpecLlamaError(f"threads must be >= 1, got {n_threads}")
         if n_threads is None:
@@ -84,12 +88,13 @@ class LlamaModel:
                     swa_full=True,
                     verbose=verbose,
                 )
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, MemoryError) as e:
             hint = ""
-            if "context" in str(e).lower():
+            if "context" in str(e).lower() or isinstance(e, MemoryError):
                 hint = (f" (the KV cache for a context of {n_ctx} tokens may not fit in memory: "
                         "try a smaller -c/--ctx-size)")
-            raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {e}{hint}") from None
+            reason = str(e) or type(e).__name__
+            raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {reason}{hint}") from None
         self._attach(owns_llama=True)
 
     @classmethod

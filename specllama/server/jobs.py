@@ -17,7 +17,6 @@ from starlette.responses import JSONResponse, Response
 
 from ..stats import GenerationStats
 from .errors import ApiError, internal_error, shutting_down
-from .model import usage
 from .worker import CANCELLED, ERROR, OK, SHUTDOWN, Worker
 
 CLIENT_GONE = 499  # nginx's "client closed request": only the log sees it
@@ -100,12 +99,9 @@ async def respond(job: AsyncJob, worker: Worker, request: Request,
             chunks.cancel()
     if client_gone:
         return Response(status_code=CLIENT_GONE)
-    result = chunks.result()
     if job.outcome != OK:
         raise job.failure()
-    assert job.stats is not None
-    result[-1]["usage"] = usage(job.stats)  # the API's collector reads it from the last chunk
-    return JSONResponse(collect(iter(result)))
+    return JSONResponse(collect(iter(chunks.result())))
 
 
 async def _disconnected(request: Request) -> None:
@@ -117,17 +113,20 @@ async def _disconnected(request: Request) -> None:
 async def events(job: AsyncJob, worker: Worker, *, include_usage: bool) -> AsyncIterator[str]:
     """The ``data:`` payloads of a streamed response: the API's chunks, then
     (``include_usage``) a chunk with empty ``choices`` and ``usage``, then
-    ``[DONE]``. A job that fails ends with an error object; a client that
-    disconnects (sse-starlette cancels this generator) cancels the job."""
-    last = None
+    ``[DONE]``; ``usage`` is only there, as OpenAI sends it (a client adding
+    up the usage of chunks counts it once). A job that fails ends with an
+    error object; a client that disconnects (sse-starlette cancels this
+    generator) cancels the job."""
+    last, usage = None, None
     try:
         while (chunk := await job.next_chunk()) is not None:
+            usage = chunk.pop("usage", usage)  # the API's last chunk has it (timings=True)
             last = chunk
             yield _json(chunk)
         if job.outcome == OK:
-            if include_usage and last is not None and job.stats is not None:
+            if include_usage and last is not None and usage is not None:
                 yield _json({"id": last["id"], "object": last["object"], "created": last["created"],
-                             "model": last["model"], "choices": [], "usage": usage(job.stats)})
+                             "model": last["model"], "choices": [], "usage": usage})
         elif job.outcome == CANCELLED:
             return
         else:
