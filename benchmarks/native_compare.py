@@ -6,8 +6,8 @@ benchmarks/.native/, ignored by git), then, for each repetition and each
 temperature (0 and 0.8), runs in a fresh process each and in a rotating order:
 
     native target-only        llama-bench -m TARGET -p 0 -n N -r 1 -o json (its tg tokens/s)
-    native speculative k=4    llama-speculative-simple --draft-max 4
-    native speculative k=8    llama-speculative-simple --draft-max 8
+    native speculative k=4    llama-speculative-simple --spec-type draft-simple --spec-draft-n-max 4
+    native speculative k=8    llama-speculative-simple --spec-type draft-simple --spec-draft-n-max 8
     specllama --draft-max 0   (target only)
     specllama default         (adaptive draft length)
     specllama --draft-fixed --draft-max 8
@@ -15,10 +15,12 @@ temperature (0 and 0.8), runs in a fresh process each and in a rotating order:
 on the demo pair (or -m/-md), the same prompt, length, seed (per repetition),
 threads and context, and prints the median tokens/s of each with the ratios
 specllama default / best native speculative, specllama default / native
-target-only and specllama --draft-max 0 / native target-only.
+target-only and specllama --draft-max 0 / native target-only. See
+benchmarks/README.md for the flags and what the native figures mean.
 
     python benchmarks/native_compare.py                 # build if needed, 2 reps, 96 tokens
     python benchmarks/native_compare.py --reps 3 --json
+    python benchmarks/native_compare.py --max-load 1.2  # a shared machine: start each run when it is quiet
     python benchmarks/native_compare.py --build-only    # just build the native tools
 """
 
@@ -29,6 +31,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,6 +46,7 @@ STORY = "Once upon a time, in a small village by the sea,"
 TARGETS = ("llama-speculative-simple", "llama-bench")
 TEMPS = (0.0, 0.8)
 CTX = 4096
+CONTENDED = 0.75  # a run whose process got less CPU than this share of threads x wall is flagged
 
 
 def log(msg: str) -> None:
@@ -81,7 +85,10 @@ def build(ver: str, jobs: int) -> dict[str, Path]:
                             "--no-binary", ":all:", "-d", str(NATIVE)], check=True)
             sdists = glob.glob(str(NATIVE / f"llama_cpp_python-{ver}.tar.gz"))
         with tarfile.open(sdists[0]) as tar:
-            tar.extractall(NATIVE, filter="data")
+            try:
+                tar.extractall(NATIVE, filter="data")
+            except TypeError:  # Python without extraction filters (before 3.11.4)
+                tar.extractall(NATIVE)
     nice = ["nice", "-n", "19"] if shutil.which("nice") else []
     t0 = time.perf_counter()
     log(f"configuring {src} ...")
@@ -114,24 +121,30 @@ N_DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 N_ACCEPT = re.compile(r"n_accept\s*=\s*(\d+)")
 
 
-def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run one process; returns its output and its wall and CPU seconds."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    times = {"wall_seconds": time.perf_counter() - t0, "cpu_seconds": _children_cpu() - c0}
     if out.returncode != 0:
         tail = "\n".join((out.stdout + out.stderr).splitlines()[-25:])
         raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}\n{tail}")
-    return out, wall
+    return out, times
 
 
 def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int) -> dict:
     """llama-bench tg: decode n tokens one at a time (no sampling, after its own warm-up run)."""
-    out, wall = _run([str(bins["llama-bench"]), "-m", target, "-p", "0", "-n", str(n), "-r", "1", "-o", "json",
+    out, times = _run([str(bins["llama-bench"]), "-m", target, "-p", "0", "-n", str(n), "-r", "1", "-o", "json",
                       "-t", str(threads)])
     tests = [t for t in json.loads(out.stdout) if t.get("n_gen") == n and t.get("n_prompt") == 0]
     if not tests:
         raise SystemExit(f"llama-bench printed no tg{n} result:\n{out.stdout[-2000:]}")
-    return {"tokens_per_second": float(tests[0]["avg_ts"]), "n_tokens": n, "wall_seconds": wall}
+    return {"tokens_per_second": float(tests[0]["avg_ts"]), "n_tokens": n, **times}
 
 
 def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp: float, n: int, seed: int,
@@ -139,7 +152,7 @@ def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp
     cmd = [str(bins["llama-speculative-simple"]), "-m", target, "-md", draft, "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(k), "-p", prompt, "-n", str(n), "--temp", str(temp), "-s", str(seed),
            "-c", str(ctx), "-t", str(threads), *extra]
-    out, wall = _run(cmd)
+    out, times = _run(cmd)
     text = out.stderr + out.stdout
     m = DECODED.search(text)
     if not m:
@@ -150,7 +163,7 @@ def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp
     n_accept = int(accepted.group(1)) if accepted else 0
     return {"tokens_per_second": float(m.group(3)), "n_tokens": int(m.group(1)), "seconds": float(m.group(2)),
             "n_drafted": n_drafted, "n_accepted": n_accept,
-            "acceptance_rate": n_accept / n_drafted if n_drafted else 0.0, "wall_seconds": wall}
+            "acceptance_rate": n_accept / n_drafted if n_drafted else 0.0, **times}
 
 
 def run_specllama(flags: list[str], target: str | None, draft: str | None, temp: float, n: int, seed: int,
@@ -158,10 +171,10 @@ def run_specllama(flags: list[str], target: str | None, draft: str | None, temp:
     models = ["-m", target, "-md", draft] if target else []
     cmd = [sys.executable, "-m", "specllama", "generate", *models, "-p", prompt, "-n", str(n), "--temp", str(temp),
            "--seed", str(seed), "-t", str(threads), "-c", str(ctx), "--json", *flags]
-    out, wall = _run(cmd)
+    out, times = _run(cmd)
     d = json.loads(out.stdout)
     keep = ("tokens_per_second", "n_tokens", "n_drafted", "n_accepted", "n_target_passes", "acceptance_rate")
-    return {**{k: d[k] for k in keep if k in d}, "wall_seconds": wall}
+    return {**{k: d[k] for k in keep if k in d}, **times}
 
 
 def wait_for_quiet(max_load: float | None, max_wait: float) -> None:
@@ -187,7 +200,8 @@ def summarise(results: dict[tuple[float, str], list[dict]], temps: list[float]) 
                 continue
             med[name] = statistics.median(r["tokens_per_second"] for r in runs)
             row = {"temperature": temp, "config": name, "tokens_per_second": med[name],
-                   "runs_tokens_per_second": [r["tokens_per_second"] for r in runs]}
+                   "runs_tokens_per_second": [r["tokens_per_second"] for r in runs],
+                   "n_contended": sum(1 for r in runs if r.get("contended"))}
             if any("acceptance_rate" in r for r in runs):
                 row["acceptance_rate"] = statistics.median(r.get("acceptance_rate", 0.0) for r in runs)
             if any("n_drafted" in r for r in runs):
@@ -216,7 +230,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=96, help="tokens per run (default: 96)")
     ap.add_argument("--reps", type=int, default=2, help="repetitions (default: 2)")
-    ap.add_argument("--temp", default="0,0.8", help="temperatures, comma-separated (default: 0,0.8)")
+    ap.add_argument("--temp", default=",".join(f"{t:g}" for t in TEMPS), help="temperatures, comma-separated "
+                    "(default: 0,0.8)")
     ap.add_argument("-m", "--model", default=None, help="target GGUF (default: the demo pair's)")
     ap.add_argument("-md", "--model-draft", default=None, help="draft GGUF (default: the demo pair's)")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1, help="threads (default: all cores)")
@@ -231,6 +246,9 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=None, help="before each run, wait until the 1-minute load "
                     "average is below this (a shared machine; default: do not wait)")
     ap.add_argument("--max-wait", type=float, default=600, help="longest wait for --max-load, s (default: 600)")
+    ap.add_argument("--retries", type=int, default=2, help="run a cell again when its process got less than "
+                    f"{CONTENDED:g} of its threads' CPU time (another user took the cores), at most this many times "
+                    "(default: 2; 0: never)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     ver = llama_cpp_version()
@@ -258,21 +276,34 @@ def main() -> None:
             shift = block % len(names)
             block += 1
             for name in names[shift:] + names[:shift]:
-                wait_for_quiet(args.max_load, args.max_wait)
-                if name == NATIVE_TARGET:
-                    d = run_native_target(bins, target, args.n, args.threads)
-                elif name in NATIVE_SPEC:
-                    d = run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed, args.threads,
-                                        args.ctx_size, args.prompt, extra)
-                else:
-                    d = run_specllama(SPEC_FLAGS[name], args.model, args.model_draft, temp, args.n, seed,
-                                      args.threads, args.ctx_size, args.prompt)
-                d["loadavg_1min"] = os.getloadavg()[0]  # includes this run; other users show up as > threads
+                for attempt in range(args.retries + 1):
+                    wait_for_quiet(args.max_load, args.max_wait)
+                    if name == NATIVE_TARGET:
+                        d = run_native_target(bins, target, args.n, args.threads)
+                    elif name in NATIVE_SPEC:
+                        d = run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed,
+                                            args.threads, args.ctx_size, args.prompt, extra)
+                    else:
+                        d = run_specllama(SPEC_FLAGS[name], args.model, args.model_draft, temp, args.n, seed,
+                                          args.threads, args.ctx_size, args.prompt)
+                    d["loadavg_1min"] = os.getloadavg()[0]  # includes this run; other users show as > threads
+                    # CPU seconds the process got per wall second and thread: 0.84-0.94 on the idle 2-core
+                    # machine (llama.cpp's threads spin), far less when other processes took the cores; llama.cpp's
+                    # thread barriers then make it 10-50x slower and its timing says nothing about the tool
+                    d["cpu_share"] = d["cpu_seconds"] / (d["wall_seconds"] * args.threads)
+                    contended = d["cpu_share"] < CONTENDED
+                    retry = contended and attempt < args.retries
+                    raw.append({"rep": r, "seed": seed, "temperature": temp, "config": name, "attempt": attempt,
+                                "discarded": retry, **d})
+                    acc = f", accept {d['acceptance_rate']:.0%}" if "acceptance_rate" in d else ""
+                    log(f"  rep {r} temp {temp:g} {name}: {d['tokens_per_second']:.1f} tok/s "
+                        f"({d['n_tokens']} tokens{acc}, {d['wall_seconds']:.1f} s wall, load {d['loadavg_1min']:.1f}, "
+                        f"cpu share {d['cpu_share']:.2f}){'  CONTENDED, running it again' if retry else ''}"
+                        f"{'  CONTENDED (kept: no retries left)' if contended and not retry else ''}")
+                    if not retry:
+                        break
+                d["contended"] = contended
                 results.setdefault((temp, name), []).append(d)
-                raw.append({"rep": r, "seed": seed, "temperature": temp, "config": name, **d})
-                acc = f", accept {d['acceptance_rate']:.0%}" if "acceptance_rate" in d else ""
-                log(f"  rep {r} temp {temp:g} {name}: {d['tokens_per_second']:.1f} tok/s "
-                    f"({d['n_tokens']} tokens{acc}, {d['wall_seconds']:.1f} s wall, load {d['loadavg_1min']:.1f})")
     rows, ratios = summarise(results, temps)
     meta = {"n_tokens": args.n, "reps": args.reps, "threads": args.threads, "ctx_size": args.ctx_size,
             "prompt": args.prompt, "target": target, "draft": draft, "llama_cpp_python": ver,
@@ -294,6 +325,10 @@ def main() -> None:
               f"--draft-fixed --draft-max 8 / best native: {fmt_ratio(q['fixed8_vs_best_native_speculative'])}")
         print(f"         specllama default / native target-only: {fmt_ratio(q['default_vs_native_target_only'])}; "
               f"specllama --draft-max 0 / native target-only: {fmt_ratio(q['target_only_vs_native_target_only'])}")
+    n_retried = sum(1 for x in raw if x["discarded"])
+    n_kept_contended = sum(1 for runs in results.values() for x in runs if x["contended"])
+    if n_retried or n_kept_contended:
+        print(f"{n_retried} runs were contended and run again; {n_kept_contended} contended runs kept in the medians")
     lb, la = meta["loadavg_before"], meta["loadavg_after"]
     print(f"median of {args.reps} fresh processes per cell, {args.n} tokens, {args.threads} threads, -c {args.ctx_size}, "
           f"interleaved; load average {lb[0]:.2f} before, {la[0]:.2f} after")

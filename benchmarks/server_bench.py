@@ -1,16 +1,17 @@
 """`specllama serve` over HTTP against the same prompts in-process.
 
-Starts `specllama serve` (the demo pair unless -m/-md), then for 1 and 4
-concurrent clients streams the same completion requests with speculation
-on (the server's default) and off (`"speculative": {"n_max": 0}`), and
-measures aggregate tokens/s (completion tokens over the wall time of the
-batch), p50/p95 request latency and time to first token. Then it stops the
-server and runs the same requests through `SpeculativeLlama` in this
-process, one after another, for comparison. The goal: the server's
-single-client speculative tokens/s within 5% of in-process.
+Starts `specllama serve` (the Gemma demo pair unless -m/-md/--pair) and loads the same
+pair in this process. For 1 and 4 concurrent clients it streams the same
+completion requests with speculation on (the server's default) and off
+(`"speculative": {"n_max": 0}`), and runs them through `SpeculativeLlama`
+here, one after another. Rows interleave (never two at once) and their order
+rotates each repetition. Per row: aggregate tokens/s (completion tokens over
+the wall time of the batch), the mean decoding tokens/s the responses
+report, p50/p95 request latency and time to first token. The goal: the
+server's single-client speculative tokens/s within 5% of in-process.
 
-    python benchmarks/server_bench.py                      # demo pair, 8 requests x 64 tokens per row
-    python benchmarks/server_bench.py --requests 4 -n 32 --json
+    python benchmarks/server_bench.py                      # demo pair, 2 x 4 requests x 64 tokens per row
+    python benchmarks/server_bench.py --requests 2 --repeat 3 -n 32 --json
     python benchmarks/server_bench.py -m target.gguf -md draft.gguf --clients 1,2,8
 """
 
@@ -85,6 +86,8 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen:
         cmd += ["-m", args.model]
     if args.model_draft:
         cmd += ["-md", args.model_draft]
+    if not args.model and not args.model_draft:
+        cmd += ["--pair", args.pair]
     log(f"starting: {' '.join(cmd)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -148,23 +151,16 @@ def http_batch(url: str, n_clients: int, n_requests: int, n_tokens: int, extra: 
     return results, time.perf_counter() - start
 
 
-# -- in-process --------------------------------------------------------------------
+# -- in-process ------------------------------------------------------------------
 
 
-def in_process(args: argparse.Namespace, n_requests: int, n_tokens: int) -> list[dict]:
-    from specllama.api import SpeculativeLlama
-
-    rows = []
-    with SpeculativeLlama(args.model, args.model_draft, n_ctx=CTX, policy="openai") as llm:
-        one(llm, PROMPTS[0], 8, None)  # warm-up, as the server had
-        for mode, draft_max in (("in-process speculative", None), ("in-process n_max 0", 0)):
-            results = []
-            start = time.perf_counter()
-            for i in range(n_requests):
-                results.append(one(llm, PROMPTS[i % len(PROMPTS)], n_tokens, draft_max))
-            rows.append(row(mode, "-", results, time.perf_counter() - start))
-            log(f"{mode}: {rows[-1]['tokens_per_second']:.1f} tok/s")
-    return rows
+def in_process_batch(llm, n_requests: int, n_tokens: int, draft_max: int | None) -> tuple[list[dict], float]:
+    """The same requests through SpeculativeLlama, one after another."""
+    results = []
+    start = time.perf_counter()
+    for i in range(n_requests):
+        results.append(one(llm, PROMPTS[i % len(PROMPTS)], n_tokens, draft_max))
+    return results, time.perf_counter() - start
 
 
 def one(llm, prompt: str, n_tokens: int, draft_max: int | None) -> dict:
@@ -211,37 +207,59 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("-m", "--model", default=None, help="target GGUF (default: the demo pair)")
+    p.add_argument("-m", "--model", default=None, help="target GGUF (default: the --pair)")
+    p.add_argument("--pair", default="demo", help="a built-in or curated pair when -m/-md are not given "
+                                                  "(default demo: Gemma 3 270M F32 + Q4_K_M)")
     p.add_argument("-md", "--model-draft", default=None, help="draft GGUF")
     p.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per request")
-    p.add_argument("--requests", type=int, default=8, help="requests per row")
+    p.add_argument("--requests", type=int, default=4, help="requests per row and repetition")
+    p.add_argument("--repeat", type=int, default=2, help="repetitions (the row order rotates)")
     p.add_argument("--clients", default="1,4", help="concurrent clients to try, comma-separated")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
-    clients = [int(c) for c in args.clients.split(",")]
-    if 1 not in clients:
-        clients.insert(0, 1)
+    clients = sorted({1, *(int(c) for c in args.clients.split(","))})
+    load_before = os.getloadavg()[0]  # the machine may be shared: a busy one makes every figure noisy
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_server(args, port)
-    rows = []
+    from specllama.api import SpeculativeLlama
+
+    # both loaded, never running at once: rows interleave, so a change in the machine's load
+    # (it is shared) hits the server and in-process runs alike
+    llm = SpeculativeLlama(args.model, args.model_draft, pair=None if args.model or args.model_draft else args.pair,
+                           n_ctx=CTX, policy="openai")
+    plan: list[tuple[str, int | str]] = [("server speculative", 1), ("in-process speculative", "-"),
+                                         ("server n_max 0", 1), ("in-process n_max 0", "-")]
+    plan += [(mode, c) for c in clients if c != 1 for mode in ("server speculative", "server n_max 0")]
+    measured: dict[tuple[str, int | str], tuple[list[dict], float]] = {}
     try:
-        http_batch(url, 1, 1, 8, {})  # warm-up
-        for n_clients in clients:
-            for mode, extra in (("server speculative", {}), ("server n_max 0", OFF)):
-                results, wall = http_batch(url, n_clients, args.requests, args.n_predict, extra)
-                rows.append(row(mode, n_clients, results, wall))
-                log(f"{mode}, {n_clients} client(s): {rows[-1]['tokens_per_second']:.1f} tok/s")
+        http_batch(url, 1, 1, 8, {})  # warm-ups
+        one(llm, PROMPTS[0], 8, None)
+        for rep in range(args.repeat):
+            for mode, n_clients in plan[rep % len(plan):] + plan[:rep % len(plan)]:
+                draft_max = 0 if "n_max 0" in mode else None
+                if mode.startswith("server"):
+                    results, wall = http_batch(url, int(n_clients), args.requests, args.n_predict,
+                                               OFF if draft_max == 0 else {})
+                else:
+                    results, wall = in_process_batch(llm, args.requests, args.n_predict, draft_max)
+                old, old_wall = measured.get((mode, n_clients), ([], 0.0))
+                measured[(mode, n_clients)] = (old + results, old_wall + wall)
+                log(f"[{rep + 1}/{args.repeat}] {mode}, clients {n_clients}: "
+                    f"{sum(r['tokens'] for r in results) / wall:.1f} tok/s")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-    rows += in_process(args, args.requests, args.n_predict)
+        llm.close()
+    rows = [row(mode, c, *measured[(mode, c)]) for mode, c in plan]
     result = {
         "rows": rows, "ratios": ratios(rows),
         "setup": {"model": args.model or "demo pair", "draft": args.model_draft or "demo pair",
-                  "tokens_per_request": args.n_predict, "requests_per_row": args.requests, "temperature": 0,
-                  "ctx": CTX, "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-                  "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv])},
+                  "tokens_per_request": args.n_predict, "requests_per_row": args.requests * args.repeat,
+                  "temperature": 0, "ctx": CTX, "cpus": os.cpu_count(),
+                  "machine": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d"),
+                  "command": " ".join(["python", *sys.argv]), "load_average_before": load_before,
+                  "load_average_after": os.getloadavg()[0]},
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -249,6 +267,7 @@ def main() -> None:
     print(table(rows))
     for name, value in result["ratios"].items():
         print(f"{name}: {value:.3f}")
+    print(f"load average before/after: {load_before:.2f} / {result['setup']['load_average_after']:.2f}")
 
 
 if __name__ == "__main__":

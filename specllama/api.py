@@ -23,8 +23,9 @@ from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .opener import open_engine
-from .options import check_draft, check_policy, check_rule, check_seed, generation_kwargs
+from .options import check_draft, check_logprobs, check_policy, check_rule, check_seed, generation_kwargs
 from .processors import DEFAULT_PENALTY_LAST_N
+from .stats import GenerationStats
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 
 POLICY = "llama-cpp-python"
@@ -33,7 +34,7 @@ POLICY = "llama-cpp-python"
 # speculative decoding here cannot honour: refused unless left neutral.
 NEUTRAL = {"suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
            "grammar": None, "response_format": None, "functions": None, "tools": None,
-           "function_call": None, "tool_choice": None}
+           "function_call": None, "tool_choice": None, "dry_multiplier": 0.0, "xtc_probability": 0.0}
 IGNORED = {"mirostat_tau", "mirostat_eta", "user"}  # no effect with mirostat off / on the output
 
 
@@ -132,6 +133,11 @@ class SpeculativeLlama:
         adaptive: choose each pass's draft length from measured costs.
         rule: "token" or "block" acceptance.
         chat_format: a named chat format instead of the model's template.
+        policy: how call options are read: "llama-cpp-python" (the default,
+            a drop-in) or "openai" (the HTTP server's rules; see
+            :mod:`specllama.options`).
+        last_n_tokens_size: tokens the penalties look back on (llama-cpp-python's
+            name; a call's ``repeat_last_n`` overrides it; 0: off, -1: the context).
 
     One instance runs one generation at a time: a call from a second thread
     waits for the first; a stream abandoned by a thread is closed by that
@@ -156,6 +162,7 @@ class SpeculativeLlama:
         rule: str = "token",
         chat_format: str | None = None,
         policy: str = POLICY,
+        last_n_tokens_size: int = DEFAULT_PENALTY_LAST_N,
     ) -> None:
         # the options are checked before anything is loaded
         check_policy(policy)
@@ -173,6 +180,8 @@ class SpeculativeLlama:
         self.rule = rule
         self._rng = np.random.default_rng(seed)
         self._turns = _Turns()
+        self.last_stats: GenerationStats | None = None
+        self.last_n_tokens_size = last_n_tokens_size
         self._chat_format = chat_format
         self._template = None
 
@@ -250,11 +259,13 @@ class SpeculativeLlama:
         repeat_penalty: float = 1.0,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
+        repeat_last_n: int | None = None,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
         logprobs: int | None = None,
         draft_max: int | None = None,
         timings: bool = False,
+        origins: bool = False,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
@@ -266,11 +277,14 @@ class SpeculativeLlama:
         likeliest alternatives. Extensions: ``draft_max`` overrides the
         instance's for this call (0: no drafting); ``timings=True`` adds
         llama-server's ``timings`` object (and ``usage``, also when
-        streaming) to the last chunk."""
+        streaming) to the last chunk; ``origins=True`` adds to each chunk an
+        ``"origins"`` object: its text split by origin (``"pieces"``:
+        ``[text, "draft"|"target"]`` pairs) and its target pass's
+        ``n_drafted``/``n_accepted`` (extra fields OpenAI clients ignore)."""
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                   logit_bias=logit_bias, logits_processor=logits_processor,
+                                   repeat_last_n=repeat_last_n, logit_bias=logit_bias, logits_processor=logits_processor,
                                    stopping_criteria=stopping_criteria, logprobs=logprobs), unsupported, draft_max)
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
@@ -278,8 +292,8 @@ class SpeculativeLlama:
         prompt_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
             prompt_tokens, kwargs, model, prompt_text if echo else "", usage=not stream, timings=timings,
-            offset=len(prompt_text))))
-        return chunks if stream else _collect_completion(chunks)
+            offset=len(prompt_text), origins=origins)))
+        return chunks if stream else collect_completion(chunks)
 
     def create_chat_completion(
         self,
@@ -298,12 +312,14 @@ class SpeculativeLlama:
         repeat_penalty: float = 1.0,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
+        repeat_last_n: int | None = None,
         logit_bias: dict[int, float] | None = None,
         model: str | None = None,
         logprobs: bool = False,
         top_logprobs: int | None = None,
         draft_max: int | None = None,
         timings: bool = False,
+        origins: bool = False,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
@@ -312,26 +328,29 @@ class SpeculativeLlama:
         Messages are checked: roles system/developer/user/assistant, content
         a string or a list of text parts; no message is ever dropped.
         ``logprobs=True`` (with ``top_logprobs=N`` alternatives) gives
-        OpenAI's ``logprobs.content`` entries."""
+        OpenAI's ``logprobs.content`` entries. ``draft_max``, ``timings`` and
+        ``origins`` as for :meth:`create_completion`."""
         if not isinstance(logprobs, bool):
             raise ValueError(f"logprobs must be true or false for chat completions, got {logprobs!r}")
         if top_logprobs is not None and not logprobs:
             raise ValueError("top_logprobs needs logprobs=True")
+        check_logprobs(top_logprobs, "top_logprobs")
         rendered = self.chat_template().render(normalize_messages(messages))
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                   logit_bias=logit_bias, logits_processor=logits_processor,
+                                   repeat_last_n=repeat_last_n, logit_bias=logit_bias, logits_processor=logits_processor,
                                    stopping_criteria=stopping_criteria,
                                    logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
         kwargs["stop"] = tuple(kwargs["stop"]) + tuple(rendered.stop)
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
         chunks = _Stream(self._turns, lambda: _chat_chunks(
-            self._completion_chunks(prompt_tokens, kwargs, model, "", usage=not stream, timings=timings),
-            self._token_text))
-        return chunks if stream else _collect_chat(chunks)
+            self._completion_chunks(prompt_tokens, kwargs, model, "", usage=not stream, timings=timings,
+                                    origins=origins),
+            lambda t: (self._token_text(t), self._target.token_bytes(t))))
+        return chunks if stream else collect_chat(chunks)
 
     def chat_template(self):
         """The chat template in use (the model's own, or a named format)."""
@@ -347,20 +366,36 @@ class SpeculativeLlama:
         """A call's options, checked under llama-cpp-python's rules, as
         stream_generate's keyword arguments."""
         _refuse(unsupported)
+        call = dict(call)
+        if call.get("repeat_last_n") is None:
+            call["repeat_last_n"] = self.last_n_tokens_size
         return generation_kwargs(policy=self.policy, n_vocab=self._target.n_vocab, n_ctx=self._target.n_ctx,
-                                 repeat_last_n=DEFAULT_PENALTY_LAST_N,
                                  draft_max=self.draft_max if draft_max is None else draft_max,
                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
 
+    def take_stats(self) -> GenerationStats | None:
+        """The statistics record of the latest generation (None before any
+        first target pass), forgotten once taken: for a server's metrics,
+        also of a generation its client abandoned."""
+        stats, self.last_stats = self.last_stats, None
+        return stats
+
     def _stream(self, prompt_tokens: list[int], kwargs: dict) -> Iterator[Chunk]:
         rng = self._rng if kwargs["params"].seed is None else np.random.default_rng(kwargs["params"].seed)
-        return stream_generate(self.engine, prompt_tokens, rng=rng, invalid_utf8="ignore", **kwargs)
+        inner = stream_generate(self.engine, prompt_tokens, rng=rng, invalid_utf8="ignore", **kwargs)
+        try:
+            for chunk in inner:
+                self.last_stats = chunk.stats  # one record, updated in place to the end
+                yield chunk
+        finally:
+            inner.close()  # a closed stream stops its generation now, not at garbage collection
 
     def _token_text(self, token: int) -> str:
         return self._target.token_bytes(token).decode("utf-8", errors="ignore")
 
     def _completion_chunks(self, prompt_tokens: list[int], kwargs: dict, model: str | None,
-                           echo_text: str, *, usage: bool, timings: bool = False, offset: int = 0) -> Iterator[dict]:
+                           echo_text: str, *, usage: bool, timings: bool = False, offset: int = 0,
+                           origins: bool = False) -> Iterator[dict]:
         """text_completion chunks; the last one carries the ``"speculative"``
         statistics and, if ``usage``, the token counts (llama-cpp-python's
         streams have none). ``offset``: where the first token's text starts
@@ -380,8 +415,12 @@ class SpeculativeLlama:
             lp = None
             if kwargs["logprobs"] is not None and last.tokens:
                 lp, offset = self._logprobs(last, offset)
-            if last.text or lp:
-                yield chunk(last.text, None, lp)
+            if last.text or lp or (origins and last.tokens):
+                out = chunk(last.text, None, lp)
+                if origins:
+                    out["origins"] = {"pieces": [list(p) for p in last.pieces], "n_drafted": last.n_drafted,
+                                      "n_accepted": last.n_accepted}
+                yield out
         assert last is not None and last.finish_reason is not None
         final = chunk("", last.finish_reason)
         stats = last.stats
@@ -444,7 +483,8 @@ def _public(chunk: dict) -> dict:
     return chunk
 
 
-def _collect_completion(chunks: Iterator[dict]) -> dict:
+def collect_completion(chunks: Iterator[dict]) -> dict:
+    """A non-streamed completion response from its chunks (the server's too)."""
     text, final, logprobs = "", None, None
     for final in chunks:
         text += final["choices"][0]["text"]
@@ -463,20 +503,20 @@ def _collect_completion(chunks: Iterator[dict]) -> dict:
 
 
 
-def _chat_logprobs(lp: dict | None, token_text: Callable[[int], str]) -> dict | None:
+def _chat_logprobs(lp: dict | None, token_text: Callable[[int], tuple[str, bytes]]) -> dict | None:
     """Completion logprobs as OpenAI's chat ``logprobs.content`` entries."""
     if not lp:
         return None
 
     def entry(token: int, logprob: float) -> dict:
-        text = token_text(token)
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        text, raw = token_text(token)
+        return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
     return {"content": [dict(entry(tok, v), top_logprobs=[entry(a, b) for a, b in top])
                         for tok, v, top in lp["_ids"]]}
 
 
-def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], str]) -> Iterator[dict]:
+def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[str, bytes]]) -> Iterator[dict]:
     """text_completion chunks as chat.completion.chunk ones (a role delta
     first, then content deltas, then an empty delta with the finish reason,
     which carries ``usage`` and ``"speculative"``)."""
@@ -492,14 +532,15 @@ def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], str]) -
         delta = {"content": c["choices"][0]["text"]} if c["choices"][0]["text"] else {}
         logprobs = _chat_logprobs(c["choices"][0]["logprobs"], token_text)
         out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
-        for key in ("usage", "speculative", "timings"):
+        for key in ("usage", "speculative", "timings", "origins"):
             if key in c:
                 out[key] = c[key]
-        if delta or logprobs or finish is not None:
+        if delta or logprobs or finish is not None or "origins" in out:
             yield out
 
 
-def _collect_chat(chunks: Iterator[dict]) -> dict:
+def collect_chat(chunks: Iterator[dict]) -> dict:
+    """A non-streamed chat response from its chunks (the server's too)."""
     content, final, logprobs = "", None, None
     for final in chunks:
         content += final["choices"][0]["delta"].get("content", "")

@@ -55,6 +55,8 @@ class Chunk:
         pieces: ``text`` split by origin: ``(text, origin)`` pairs, each the
             text that became safe to show when a token arrived (text held
             back for a stop string goes with the token that released it).
+        n_drafted, n_accepted: this target pass's draft length and how many
+            of its drafts were kept (a chunk is one pass).
     """
 
     text: str
@@ -65,6 +67,8 @@ class Chunk:
     eog_token: int | None = None
     logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
     pieces: list[tuple[str, str]] = field(default_factory=list)
+    n_drafted: int = 0
+    n_accepted: int = 0
 
 
 @dataclass
@@ -204,10 +208,11 @@ def stream_generate(
                 if rest:
                     delta += rest
                     pieces.append((rest, origins[-1] if origins else TARGET))
-                yield Chunk(delta, tokens, finish, stats, origins, eog, lps, pieces)
+                yield Chunk(delta, tokens, finish, stats, origins, eog, lps, pieces, step.n_drafted, step.n_accepted)
                 return
             if delta or tokens:
-                yield Chunk(delta, tokens, None, stats, origins, logprobs=lps, pieces=pieces)
+                yield Chunk(delta, tokens, None, stats, origins, logprobs=lps, pieces=pieces,
+                            n_drafted=step.n_drafted, n_accepted=step.n_accepted)
     finally:
         steps.close()
 

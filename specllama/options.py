@@ -88,13 +88,13 @@ def check_draft(draft_max: object, draft_min: object = 0) -> tuple[int, int]:
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
 
 
-def check_logprobs(value: object) -> int | None:
+def check_logprobs(value: object, name: str = "logprobs") -> int | None:
     """How many alternatives to report with each token's log-probability
-    (None: no log-probabilities)."""
+    (None: no log-probabilities); ``name``: the option as the caller knows it."""
     if value is None:
         return None
     if not _is_int(value) or not 0 <= int(value) <= MAX_LOGPROBS:  # type: ignore[arg-type]
-        raise SpecLlamaError(f"logprobs must be an integer in 0..{MAX_LOGPROBS} (or None), got {value!r}")
+        raise SpecLlamaError(f"{name} must be an integer in 0..{MAX_LOGPROBS} (or None), got {value!r}")
     return int(value)  # type: ignore[arg-type]
 
 
@@ -263,7 +263,10 @@ def check_prompt_text(prompt: str) -> str:
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
-        raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
+        try:
+            raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")  # bytes a shell could not decode
+        except UnicodeEncodeError:
+            raw = prompt[e.start:e.end].encode("utf-8", "backslashreplace")  # a lone surrogate
         raise SpecLlamaError(
             f"the prompt is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text"
         ) from None

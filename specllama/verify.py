@@ -104,6 +104,8 @@ class Check:
             the test's bins (first token, chi-square, a draft model only):
             the bias of a sampler that kept every draft token.
         draft_power: the chance that this check fails such a sampler.
+        draft_excluded: the draft law's mass on tokens the target excludes
+            (one such sample fails the check).
     """
 
     name: str
@@ -118,6 +120,7 @@ class Check:
     passed: bool | None
     draft_w: float | None = None
     draft_power: float | None = None
+    draft_excluded: float | None = None
 
 
 @dataclass(frozen=True)
@@ -452,9 +455,10 @@ def _check(name: str, context: str, counts: Counter, p: np.ndarray, model: objec
             return Check(name, context, CHI_SQUARE, n, rows, test, None, None, top_prob, False)
         return Check(name, context, SKIPPED, n, rows, None, None, None, top_prob, None)
     w = detectable_effect(n, test.df, power=POWER, alpha=alpha)
-    draft_w = draft_power = None
+    draft_w = draft_power = draft_excluded = None
     if q_draft is not None:
         draft_power = power(n, p, q_draft, alpha=alpha)
+        draft_excluded = float(q_draft[p <= 0].sum() / q_draft.sum())
         bins = pooled_bins(p, n)
         on = np.where(p > 0, q_draft, 0.0)
         if on.sum() > 0:
@@ -462,7 +466,7 @@ def _check(name: str, context: str, counts: Counter, p: np.ndarray, model: objec
             q_bin = np.array([on[b].sum() for b in bins]) / on.sum()
             draft_w = float(np.sqrt(((q_bin - p_bin) ** 2 / p_bin).sum()))
     return Check(name, context, CHI_SQUARE, n, rows, test, w, w * math.sqrt(top_prob * (1.0 - top_prob)),
-                 top_prob, test.passed, draft_w, draft_power)
+                 top_prob, test.passed, draft_w, draft_power, draft_excluded)
 
 
 def _rows(observed: np.ndarray, p: np.ndarray, model: object) -> list[TokenCount]:
@@ -510,17 +514,17 @@ def _replay(s: Mapping, env: Mapping) -> str:
                       ("-t", "threads")):
         if s.get(key) is not None:
             args += [flag, str(s[key])]
-    args += ["-N", str(s["samples"]), "-s", str(s["seed"]), "--temp", f"{s['temperature']:g}",
-             "--top-k", str(s["top_k"]), "--top-p", f"{s['top_p']:g}", "--min-p", f"{s['min_p']:g}"]
+    args += ["-N", str(s["samples"]), "-s", str(s["seed"]), "--temp", str(s["temperature"]),
+             "--top-k", str(s["top_k"]), "--top-p", str(s["top_p"]), "--min-p", str(s["min_p"])]
     active = [(flag, key) for flag, key, off in PENALTIES if s.get(key, off) != off]
     for flag, key in active:
-        args += [flag, f"{s[key]:g}"]
+        args += [flag, str(s[key])]
     if active and "repeat_last_n" in s:
         args += ["--repeat-last-n", str(s["repeat_last_n"])]
     args += ["--draft-max", str(s["draft_max"]), "--rule", s["rule"]]
-    prompt = s["prompt"]
-    args += ["-p", prompt if isinstance(prompt, str) else " ".join(map(str, prompt))]
-    return shlex.join(args)
+    if not isinstance(s["prompt"], str):
+        return "(none: the prompt was given as token ids)"
+    return shlex.join(args + ["-p", s["prompt"]])
 
 
 def _table(check: Check) -> list[str]:
@@ -552,8 +556,9 @@ def _check_lines(check: Check, result: VerifyResult) -> list[str]:
                      f"of {check.top_shift:.3f} in the top token's probability ({check.top_prob:.3f}), "
                      "the others rescaled")
         if check.draft_power is not None:
-            w = "" if check.draft_w is None else f", w {check.draft_w:.3f} from the target's on these bins"
-            lines.append(f"  a sampler that kept every draft token (the draft's own law{w}) fails this check "
+            w = "" if check.draft_w is None else f": w {check.draft_w:.3f} from the target's on these bins"
+            lines.append(f"  a sampler that kept every draft token (the draft's own law{w}, "
+                         f"{check.draft_excluded:.2%} of it on tokens the target excludes) fails this check "
                          f"with probability {check.draft_power:.3g}")
     return lines
 

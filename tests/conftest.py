@@ -38,26 +38,27 @@ def foreign_draft(model_dir) -> tuple[str, int]:
     return str(path), first_diff
 
 
-@pytest.fixture
-def fresh_engine(tiny_pair):
-    """A tiny pair with its own, untouched engine state (adaptive policy included)."""
+def open_tiny_engine(tiny_pair):
+    """The tiny pair as an engine, one thread each (the tiny models are fastest so; two threads
+    waiting on each other are slow on a busy machine)."""
     from specllama.backend import LlamaModel
     from specllama.engine import SpeculativeEngine
 
     target, draft = tiny_pair
-    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
-                               LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
+    return SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
+                             LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
+
+
+@pytest.fixture
+def fresh_engine(tiny_pair):
+    """A tiny pair with its own, untouched engine state (adaptive policy included)."""
+    engine = open_tiny_engine(tiny_pair)
     yield engine
     engine.close()
 
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_pair):
-    from specllama.backend import LlamaModel
-    from specllama.engine import SpeculativeEngine
-
-    target, draft = tiny_pair
-    engine = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
-                               LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
+    engine = open_tiny_engine(tiny_pair)
     yield engine
     engine.close()

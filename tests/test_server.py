@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -24,14 +27,16 @@ PROMPT = "once upon a time there lived a king"
 MESSAGES = [{"role": "system", "content": "be a king"}, {"role": "user", "content": "once upon a time"}]
 EOS = "2"  # the tiny vocabulary's </s>: biased away where a request must run long
 NO_EOS = {EOS: -100}
-LONG_CTX = 8192  # a tiny-model generation over most of it takes ~25 s on 2 cores
+LONG_CTX = 16384  # a tiny-model generation over most of it takes a minute
+# One thread: no OpenMP barriers, whose spin-waits collapse when other processes share the 2 cores.
+THREADS = ["-t", "1"]
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 
 
 @pytest.fixture(scope="module")
 def server(tiny_pair, tmp_path_factory):
     proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(CTX), "--draft-fixed", "--draft-max", "3",
-                          "--alias", ALIAS, "--cors-origin", ALLOWED_ORIGIN, "-s", "0"],
+                          "--alias", ALIAS, "--cors-origin", ALLOWED_ORIGIN, "-s", "0", *THREADS],
                          tmp_path_factory.mktemp("serve"), env={"SPECLLAMA_API_KEY": KEY})
     yield proc
     proc.stop()
@@ -52,7 +57,7 @@ def http(server):
 def slow_server(tiny_pair, tmp_path_factory):
     """A long context (slow, long generations) and room for one waiting request."""
     proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX), "--draft-fixed",
-                          "--draft-max", "3", "--max-queue", "1"], tmp_path_factory.mktemp("slow"))
+                          "--draft-max", "3", "--max-queue", "1", *THREADS], tmp_path_factory.mktemp("slow"))
     yield proc
     proc.stop()
 
@@ -163,6 +168,21 @@ def test_logprobs_stream_and_response_agree(client):
     completion = client.completions.create(model=ALIAS, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=3)
     lp = completion.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == 4 and all(1 <= len(t) <= 3 for t in lp.top_logprobs)
+
+
+def test_omitted_fields_take_the_server_flags(http):
+    def text(**fields) -> str:
+        return http.post(COMPLETIONS, json={"prompt": PROMPT, "max_tokens": 16, "seed": 3, **fields}).json()[
+            "choices"][0]["text"]
+
+    omitted = text()
+    assert omitted == text(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                           presence_penalty=0.0, frequency_penalty=0.0)  # llama.cpp's defaults, the flags here
+    assert omitted != text(temperature=0)
+    # no max_tokens: -n -1, until the context is full
+    full = http.post(COMPLETIONS, json={"prompt": PROMPT, "logit_bias": NO_EOS, "seed": 3}).json()
+    assert full["choices"][0]["finish_reason"] == "length"
+    assert full["usage"]["completion_tokens"] == CTX - full["usage"]["prompt_tokens"]
 
 
 def test_fields_that_do_not_change_the_output_are_ignored(http):
@@ -292,6 +312,22 @@ def test_a_prompt_longer_than_the_context(client, http):
     r = http.post(CHAT, json={"messages": [{"role": "user", "content": prompt}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert r.json()["error"]["param"] == "messages"
+
+
+def test_text_that_is_not_utf8_and_json_nested_too_deeply(http):
+    lone_surrogate = '"a\\ud800b"'  # JSON can carry it, UTF-8 cannot
+    r = http.post("/tokenize", content=f'{{"content": {lone_surrogate}}}')
+    assert (r.status_code, r.json()) == (400, _error(
+        "content must be valid UTF-8 text ('utf-8' codec can't encode character '\\ud800' in position 1: "
+        "surrogates not allowed)", "content", "invalid_value"))
+    for path, body, param in ((COMPLETIONS, f'{{"prompt": {lone_surrogate}}}', "prompt"),
+                              (CHAT, f'{{"messages": [{{"role": "user", "content": {lone_surrogate}}}]}}', "messages")):
+        r = http.post(path, content=body)
+        assert r.status_code == 400 and (r.json()["error"]["param"], r.json()["error"]["code"]) == (param,
+                                                                                                 "invalid_value")
+    r = http.post(COMPLETIONS, content="[" * 100_000 + "]" * 100_000)
+    assert (r.status_code, r.json()) == (400, _error("the request body is not valid JSON (nested too deeply)", None,
+                                                     "invalid_json"))
 
 
 def test_a_body_over_the_size_limit_gets_413(http):
@@ -436,7 +472,7 @@ def test_a_client_that_disconnects_frees_the_pair(slow_server):
     start = time.monotonic()
     out = httpx.post(slow_server.url + COMPLETIONS, json=SHORT, timeout=60)
     assert out.status_code == 200 and out.json()["usage"]["completion_tokens"] == 8
-    assert time.monotonic() - start < 10  # the long one alone would take ~25 s
+    assert time.monotonic() - start < 10  # the long one alone would take a minute
     after = metric_samples(httpx.get(slow_server.url + "/metrics").text)
     delta = metrics_delta(before, after)
     assert delta['specllama_requests_total{endpoint="/v1/completions",outcome="cancelled"}'] == 1
@@ -478,7 +514,7 @@ def test_a_full_queue_answers_503_with_retry_after(slow_server):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_shutdown_ends_requests_cleanly_and_exits_0(tiny_pair, tmp_path, sig):
-    proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX)], tmp_path)
+    proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX), *THREADS], tmp_path)
     try:
         running = _LongStream(proc.url)
         queued: dict = {}
@@ -503,13 +539,49 @@ def test_shutdown_ends_requests_cleanly_and_exits_0(tiny_pair, tmp_path, sig):
     assert "Traceback" not in log and "specllama serve: stopped, models freed" in log
 
 
+# -- the command -----------------------------------------------------------------------------
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specllama", "serve", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_serve_help_lists_the_flags():
+    out = _serve("--help")
+    assert out.returncode == 0
+    for flag in ("--host", "--port", "--api-key", "--alias", "--max-queue", "--chat-format", "--cors-origin",
+                 "--draft-max", "--draft-fixed", "-ngl", "--temp", "SPECLLAMA_API_KEY"):
+        assert flag in out.stdout
+
+
+def test_startup_errors_are_one_line(tiny_pair, tmp_path):
+    missing = _serve("-m", str(tmp_path / "none.gguf"))
+    assert (missing.returncode, missing.stderr.splitlines()[-1]) == (
+        1, f"Error: model file not found: '{tmp_path / 'none.gguf'}' (expected a path to a .gguf file)")
+    bad_flag = _serve("--repeat-last-n", "-5")
+    assert (bad_flag.returncode, bad_flag.stderr.strip()) == (
+        2, "Error: Invalid value for '--repeat-last-n': -5 is not in the range x>=-1.")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = _serve("-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", *THREADS, "--port", str(port))
+    assert taken.returncode == 1 and "address already in use" in taken.stderr
+    assert taken.stderr.splitlines()[-1] == f"Error: could not serve on 127.0.0.1:{port} (see the error above)"
+
+
 # -- the demo pair ---------------------------------------------------------------------------
 
 
 def test_demo_pair_chat(tmp_path):
-    proc = ServerProcess(["-c", "1024"], tmp_path)
+    """With no model flags, serve runs the chat demo pair (SmolLM2-135M-Instruct), which can chat."""
+    proc = ServerProcess(["-c", "1024", *THREADS], tmp_path)
     try:
         client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="none", max_retries=0, timeout=120)
+        france = client.chat.completions.create(model="x", temperature=0, max_tokens=16, messages=[
+            {"role": "user", "content": "What is the capital of France?"}])
+        assert france.choices[0].message.content == "The capital of France is Paris."
         messages = [{"role": "user", "content": "Name three colours."}]
         kwargs = dict(model="x", messages=messages, max_tokens=16, temperature=0)
         full = client.chat.completions.create(**kwargs)
@@ -517,7 +589,7 @@ def test_demo_pair_chat(tmp_path):
         streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**kwargs,
                                                                                                    stream=True))
         assert streamed == text and full.usage.completion_tokens == 16
-        assert full.model == "gemma-3-270m-f32.gguf"
+        assert full.model == "smollm2-135m-instruct-f32.gguf"
         follow = messages + [{"role": "assistant", "content": text}, {"role": "user", "content": "One more."}]
         second = client.chat.completions.create(**dict(kwargs, messages=follow))
         assert second.model_extra["timings"]["prompt_n"] <= second.usage.prompt_tokens - full.usage.prompt_tokens

@@ -63,9 +63,9 @@ def expected_check_lines(check: dict) -> list[str]:
                  f"{check['top_shift']:.3f} in the top token's probability ({check['top_prob']:.3f}), "
                  "the others rescaled")
     if check["draft_power"] is not None:
-        lines.append(f"  a sampler that kept every draft token (the draft's own law, w {check['draft_w']:.3f} "
-                     f"from the target's on these bins) fails this check with probability "
-                     f"{check['draft_power']:.3g}")
+        lines.append(f"  a sampler that kept every draft token (the draft's own law: w {check['draft_w']:.3f} "
+                     f"from the target's on these bins, {check['draft_excluded']:.2%} of it on tokens the target "
+                     f"excludes) fails this check with probability {check['draft_power']:.3g}")
     return lines
 
 
@@ -118,7 +118,8 @@ def test_json_keys(tiny_pair):
     assert set(data) == {"passed", "verdict", "checks", "alpha", "overall_alpha", "settings", "environment",
                          "greedy", "batch_logit_diff", "top_logit_gap", "seconds"}
     assert set(data["checks"][0]) == {"name", "context", "kind", "n", "rows", "test", "detectable_w", "top_shift",
-                                      "top_prob", "passed", "draft_w", "draft_power"}
+                                      "top_prob", "passed", "draft_w", "draft_power",
+                                      "draft_excluded"}
     assert set(data["checks"][0]["test"]) == {"n", "statistic", "df", "p_value", "critical", "alpha", "off_support",
                                               "passed"}
     assert set(data["checks"][0]["rows"][0]) == {"token", "text", "expected_prob", "expected_count", "observed"}
@@ -310,3 +311,24 @@ def test_demo_pair_default_run(demo_installed, capsys):
     data = json.loads(r.stdout)
     assert data["verdict"] == "PASS" and len(data["checks"]) == 2
     assert data["settings"]["samples"] == 500
+
+
+def test_the_library_call_takes_token_ids_and_checks_its_arguments(tiny_pair):
+    import specllama.verify as v
+    from specllama.engine import SpeculativeEngine
+    from specllama.errors import SpecLlamaError
+
+    target, draft = (LlamaModel(path, n_ctx=TINY_CTX, n_threads=1) for path in tiny_pair)
+    with SpeculativeEngine(target, draft) as engine:
+        ids = target.tokenize(PROMPT)
+        result = v.run_verify(engine, params=SamplingParams(seed=3), prompt=ids, n_samples=200, rule="block")
+        assert result.passed and result.settings["prompt"] == ids and result.settings["seed"] == 3
+        assert "replay       (none: the prompt was given as token ids)" in v.format_report(result).split("\n")
+        again = v.run_verify(engine, params=SamplingParams(seed=3), prompt=PROMPT, n_samples=200, rule="block")
+        assert again.checks == result.checks  # the same samples: the caches were reused, not spoiled
+        for kwargs, message in (({"n_samples": 0}, "the number of samples must be an integer >= 1, got 0"),
+                                ({"rule": "fast"}, "rule must be one of token, block"),
+                                ({"draft_max": -1}, "draft_max must be an integer >= 0, got -1"),
+                                ({"alpha": 0.7}, r"alpha must be a number in \(0, 0.5\), got 0.7")):
+            with pytest.raises(SpecLlamaError, match=message):
+                v.run_verify(engine, params=SamplingParams(seed=3), **kwargs)

@@ -133,7 +133,6 @@ class LlamaModel:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         #: the tokens the KV cache holds, position by position
         self.tokens: list[int] = []
         #: seconds spent inside llama.cpp decoding (and copying logits), ever
@@ -189,13 +188,12 @@ class LlamaModel:
         """The bytes one token stands for (control tokens render as b"")."""
         piece = self._pieces.get(token)
         if piece is None:
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            buf = ctypes.create_string_buffer(64)  # one per call: safe from any thread
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
                 n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
-                piece = buf.raw[:n]
-            else:
-                piece = self._piece_buf.raw[:n]
+            piece = buf.raw[:n]
             self._pieces[token] = piece
         return piece
 

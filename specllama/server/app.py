@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -28,41 +27,41 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
-from ..api import _collect_chat, _collect_completion
+from ..api import SpeculativeLlama, collect_chat, collect_completion
 from ..options import check_prompt_tokens
-from .errors import ApiError, from_value_error, internal_error, shutting_down
+from .errors import ApiError, from_value_error, internal_error, not_utf8, shutting_down
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
-from .model import ServedLlama
 from .schemas import (REFUSABLE, ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                       field_names, parse)
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
-from .worker import OK, QueueFull, ShuttingDown, Worker
-
-log = logging.getLogger("specllama.server")
+from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 SSE_SEPARATOR = "\n"  # "data: {...}\n\n", as OpenAI sends them
 
 
-def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
-    """The app serving ``llm``; ``app.state.worker`` runs its generations
-    (started and stopped by the app's lifespan; :meth:`Worker.shutdown`
-    ends the requests in flight, for SIGINT/SIGTERM)."""
+def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
+    """The app serving the model of ``worker``, which runs its generations.
+
+    The worker is started here unless it was already (it opens the model);
+    the app's lifespan stops it (the model is freed), and
+    :meth:`Worker.shutdown` ends the requests in flight (SIGINT/SIGTERM).
+    """
+    llm: SpeculativeLlama = worker.start()
     metrics = Metrics(queue_length=lambda: worker.queue_length, running=lambda: worker.running)
 
     def record(job: AsyncJob, outcome: str, stats) -> None:  # in the worker thread, before the job hears
-        metrics.record(job.endpoint, outcome, stats, time.perf_counter() - job.created if outcome == OK else None)
+        metrics.record(job.endpoint, outcome, stats, time.perf_counter() - job.arrived if outcome == OK else None)
 
-    worker = Worker(max_queue=settings.max_queue, take_stats=llm.take_stats, on_finish=record)
+    worker.on_finish = record
     # one thread turns bodies into API streams (tokenizing can take a while): in arrival order, off the event loop
     intake = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specllama-intake")
     started = int(time.time())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        worker.start()
         try:
             yield
         finally:
@@ -99,6 +98,7 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
 
     async def generation(request: Request, model: type, create: Callable, collect: Callable, endpoint: str,
                          prompt_field: str):
+        arrived = time.perf_counter()
         try:
             req = parse(model, await _json_body(request))
             kwargs, renames = req.api_kwargs(settings.defaults)
@@ -108,7 +108,7 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
             except ValueError as e:  # the API's one validator said no
                 raise from_value_error(e, fields=field_names(model), prompt_field=prompt_field, renames=renames,
                                        refusable=REFUSABLE) from None
-            job = AsyncJob(chunks, endpoint=endpoint)
+            job = AsyncJob(chunks, endpoint=endpoint, arrived=arrived)
             try:
                 worker.submit(job)
             except QueueFull:
@@ -120,7 +120,8 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
                 chunks.close()
                 raise shutting_down() from None
         except ApiError as e:
-            metrics.record(endpoint, "rejected" if e.status == 503 else "invalid")
+            outcome = {"queue_full": "rejected", "shutting_down": SHUTDOWN}.get(e.code or "", "invalid")
+            metrics.record(endpoint, outcome)
             setattr(request.state, NOTE_KEY, f"{e.code}: {e.message}")
             raise
         except Exception:
@@ -134,12 +135,12 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
 
     @app.post(COMPLETIONS)
     async def completions(request: Request):
-        return await generation(request, CompletionRequest, llm.create_completion, _collect_completion,
+        return await generation(request, CompletionRequest, llm.create_completion, collect_completion,
                                 COMPLETIONS, "prompt")
 
     @app.post(CHAT)
     async def chat_completions(request: Request):
-        return await generation(request, ChatCompletionRequest, llm.create_chat_completion, _collect_chat,
+        return await generation(request, ChatCompletionRequest, llm.create_chat_completion, collect_chat,
                                 CHAT, "messages")
 
     @app.get("/v1/models")
@@ -164,8 +165,11 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:
         req = parse(TokenizeRequest, await _json_body(request))
-        tokens = await asyncio.to_thread(llm.tokenize, req.content, add_bos=req.add_special,
-                                         special=req.parse_special)
+        try:
+            tokens = await asyncio.to_thread(llm.tokenize, req.content, add_bos=req.add_special,
+                                             special=req.parse_special)
+        except UnicodeError as e:
+            raise not_utf8("content", e) from None
         if not req.with_pieces:
             return {"tokens": tokens}
         return {"tokens": [{"id": t, "piece": _piece(llm.detokenize([t]))} for t in tokens]}
@@ -177,7 +181,8 @@ def create_app(llm: ServedLlama, settings: ServerSettings) -> FastAPI:
             tokens = check_prompt_tokens(req.tokens, llm.engine.target.n_vocab)
         except ValueError as e:
             raise ApiError(400, str(e), param="tokens", code="invalid_value") from None
-        return {"content": llm.detokenize(tokens).decode("utf-8", errors="replace")}
+        text = await asyncio.to_thread(llm.detokenize, tokens)
+        return {"content": text.decode("utf-8", errors="replace")}
 
     if settings.static_dir:  # the web page, when there is one: open, after the API routes
         from starlette.staticfiles import StaticFiles
@@ -192,6 +197,8 @@ async def _json_body(request: Request) -> object:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is not valid JSON (nested too deeply)", code="invalid_json") from None
 
 
 def _piece(piece: bytes) -> str | list[int]:

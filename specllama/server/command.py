@@ -13,7 +13,6 @@ import os
 import click
 
 from ..cli import _n_predict, boundary, model_options
-from ..processors import DEFAULT_PENALTY_LAST_N
 from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, RequestDefaults, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -48,9 +47,6 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     from ..chat_template import check_chat_format
     from ..options import generation_kwargs
 
-    if o["repeat_last_n"] != DEFAULT_PENALTY_LAST_N:
-        raise click.ClickException(f"--repeat-last-n is fixed at {DEFAULT_PENALTY_LAST_N} in serve "
-                                   "(SpeculativeLlama takes no repeat_last_n)")
     try:
         check_chat_format(chat_format)
     except ValueError as e:
@@ -63,18 +59,25 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
                       draft_min=o["draft_min"], rule=o["rule"], **defaults.sampling())
 
     from .app import create_app
-    from .model import ServedLlama
+    from ..api import SpeculativeLlama
+    from ..demo import DEMO_CHAT
     from .run import log_to_stderr, run
+    from .worker import Worker
 
     log_to_stderr()
     log = logging.getLogger("specllama.server")
-    with ServedLlama(model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-                     n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"],
-                     n_threads=threads, adaptive=not o["draft_fixed"], rule=o["rule"],
-                     chat_format=chat_format, policy="openai") as llm:
+    if model is None and model_draft is None and pair is None:
+        pair = DEMO_CHAT  # a server needs a chat template: the pair that can chat
+    worker = Worker(lambda: SpeculativeLlama(
+        model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+        n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
+        adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, policy="openai",
+        last_n_tokens_size=o["repeat_last_n"]), max_queue=max_queue)
+    try:
+        llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
                                   max_queue=max_queue, cors_origins=tuple(cors_origins), defaults=defaults)
-        app = create_app(llm, settings)
+        app = create_app(worker, settings)
         engine = llm.engine
         draft = engine.draft.path if engine.draft is not None else ("prompt-lookup" if engine.drafter else "none")
         log.info(f"specllama serve: target {llm.model_path}, draft {draft} (--draft-max {o['draft_max']}, "
@@ -82,9 +85,12 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
                  f"{llm.chat_template().origin}; model id {settings.alias!r}")
         if not settings.api_key and host not in LOOPBACK:
             log.warning(f"listening on {host} without --api-key: anyone who can reach it can use it")
-        worker = app.state.worker
         try:
             run(app, host=host, port=port, on_exit=worker.shutdown)
-        finally:
-            worker.stop()  # before the models are freed
-        log.info("specllama serve: stopped, models freed")
+        except SystemExit as e:  # uvicorn's way to say it could not start (its log line says why)
+            if e.code:
+                raise click.ClickException(f"could not serve on {host}:{port} (see the error above)") from None
+            raise
+    finally:
+        worker.stop()  # the worker frees the models, after at most one more target pass
+    log.info("specllama serve: stopped, models freed")

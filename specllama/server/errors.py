@@ -49,6 +49,8 @@ def from_value_error(error: ValueError, *, fields: set[str], prompt_field: str,
         refusable: fields refused unless neutral (their code is ``unsupported_parameter``).
     """
     message = str(error)
+    if isinstance(error, UnicodeError):  # text JSON can carry but UTF-8 cannot (a lone surrogate)
+        return not_utf8(prompt_field, error)
     if message.startswith(CONTEXT_EXCEEDED) and CONTEXT_MARK in message:
         return ApiError(400, message, param=prompt_field, code="context_length_exceeded")
     if message.startswith("the prompt"):
@@ -62,6 +64,10 @@ def from_value_error(error: ValueError, *, fields: set[str], prompt_field: str,
         return ApiError(400, message, code="invalid_value")
     code = "unsupported_parameter" if name in refusable else "invalid_value"
     return ApiError(400, message, param=name + (m.group(2) if m else ""), code=code)
+
+
+def not_utf8(field: str, error: UnicodeError) -> ApiError:
+    return ApiError(400, f"{field} must be valid UTF-8 text ({error})", param=field, code="invalid_value")
 
 
 def internal_error() -> ApiError:

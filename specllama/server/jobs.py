@@ -29,13 +29,14 @@ class AsyncJob:
     Args:
         chunks: the API's chunk iterator (``create_*(stream=True)``).
         endpoint: the path, for metrics and the log.
+        arrived: when the request arrived (``time.perf_counter()``; default: now).
     """
 
-    def __init__(self, chunks: Iterator[dict], *, endpoint: str) -> None:
+    def __init__(self, chunks: Iterator[dict], *, endpoint: str, arrived: float | None = None) -> None:
         self.chunks = chunks
         self.endpoint = endpoint
         self.cancelled = False
-        self.created = time.perf_counter()
+        self.arrived = time.perf_counter() if arrived is None else arrived
         self.outcome: str | None = None
         self.stats: GenerationStats | None = None
         self.error: BaseException | None = None

@@ -17,7 +17,6 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..processors import DEFAULT_PENALTY_LAST_N
 from .errors import ApiError
 from .settings import RequestDefaults
 
@@ -29,7 +28,6 @@ SERVER_NEUTRAL: dict[str, Any] = {
     "xtc_probability": 0.0,
     "dynatemp_range": 0.0,
     "top_n_sigma": -1.0,
-    "repeat_last_n": DEFAULT_PENALTY_LAST_N,
     "json_schema": None,
 }
 # the names (HTTP side) of every option refused unless neutral
@@ -106,7 +104,8 @@ class _Generation(_Strict):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         kwargs.update(max_tokens=defaults.max_tokens if max_tokens is None else max_tokens, stop=self.stop,
-                      seed=self.seed, logit_bias=self.logit_bias, stream=True, timings=True)
+                      seed=self.seed, logit_bias=self.logit_bias, stream=True, timings=True,
+                      repeat_last_n=self.repeat_last_n)
         renames: dict[str, str] = {}
         n_max = self.speculative_n_max
         if n_max is None and self.speculative is not None:

@@ -1,6 +1,13 @@
 """One model pair, one generation at a time: a FIFO queue and the thread
 that runs it.
 
+The worker thread owns the model: it opens it, runs every generation and
+closes it. llama.cpp's OpenMP thread pool belongs to the thread that calls
+it; a second thread decoding (say, the main thread loading and warming up,
+then a worker generating) makes libgomp manage more threads than there are
+cores, and it then cuts its spin-waits short: every barrier sleeps, and the
+tiny test pair decodes 14x slower on 2 cores. Request threads only tokenize.
+
 A job is an API chunk iterator (``SpeculativeLlama.create_*(stream=True)``)
 and where its chunks go. The worker thread takes jobs in arrival order and
 pulls their chunks; each chunk is one target pass, so a job cancelled by
@@ -15,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from ..stats import GenerationStats
 
@@ -47,22 +54,26 @@ class Job(Protocol):
 
 
 class Worker:
-    """Runs jobs one at a time, in the order they were submitted.
+    """Opens the model in its own thread, then runs jobs there one at a
+    time, in the order they were submitted; closes the model when stopped.
 
     Args:
+        open_model: makes the model (a ``SpeculativeLlama``: its ``take_stats()``
+            gives the statistics of the generation that just ended).
         max_queue: jobs that may wait behind the running one; one more is
             refused with :class:`QueueFull`.
-        take_stats: the statistics of the generation that just ended
-            (``ServedLlama.take_stats``).
         on_finish: called with (job, outcome, stats) before the job hears
             of its end (metrics, so they are current when a response is).
     """
 
-    def __init__(self, *, max_queue: int, take_stats: Callable[[], GenerationStats | None],
+    def __init__(self, open_model: Callable[[], Any], *, max_queue: int,
                  on_finish: Callable[[Job, str, GenerationStats | None], None] = lambda *a: None) -> None:
         self.max_queue = max_queue
-        self._take_stats = take_stats
-        self._on_finish = on_finish
+        self.on_finish = on_finish
+        self.model: Any = None
+        self._open_model = open_model
+        self._opened = threading.Event()
+        self._open_error: BaseException | None = None
         self._cond = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
@@ -73,9 +84,21 @@ class Worker:
 
     # -- the event loop's side -----------------------------------------------
 
-    def start(self) -> None:
-        if not self._thread.is_alive() and not self._stopped:
+    def start(self) -> Any:
+        """Start the thread (once) and wait until it has opened the model.
+
+        Returns:
+            the model.
+
+        Raises:
+            whatever opening the model raised.
+        """
+        if self._thread.ident is None:
             self._thread.start()
+        self._opened.wait()
+        if self._open_error is not None:
+            raise self._open_error
+        return self.model
 
     def submit(self, job: Job) -> None:
         """Queue a job.
@@ -129,8 +152,8 @@ class Worker:
             self._end(job, SHUTDOWN, None, None)
 
     def stop(self, timeout: float | None = None) -> None:
-        """:meth:`shutdown`, then wait for the thread to end (after at most
-        one more target pass), so the models can be freed."""
+        """:meth:`shutdown`, then wait for the thread to end: after at most
+        one more target pass, it frees the model."""
         self.shutdown()
         with self._cond:
             self._stopped = True
@@ -141,18 +164,28 @@ class Worker:
     # -- the worker thread ---------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiting and not self._stopped:
-                    self._cond.wait()
-                if not self._waiting:
-                    return
-                job = self._running = self._waiting.popleft()
-            outcome, error = self._generate(job)
-            stats = self._take_stats()
-            with self._cond:
-                self._running = None
-            self._end(job, outcome, stats, error)
+        try:
+            self.model = self._open_model()
+        except BaseException as e:
+            self._open_error = e
+            return
+        finally:
+            self._opened.set()
+        try:
+            while True:
+                with self._cond:
+                    while not self._waiting and not self._stopped:
+                        self._cond.wait()
+                    if not self._waiting:
+                        return
+                    job = self._running = self._waiting.popleft()
+                outcome, error = self._generate(job)
+                stats = self.model.take_stats()
+                with self._cond:
+                    self._running = None
+                self._end(job, outcome, stats, error)
+        finally:
+            self.model.close()
 
     def _generate(self, job: Job) -> tuple[str, BaseException | None]:
         outcome: str = OK
@@ -179,7 +212,7 @@ class Worker:
 
     def _end(self, job: Job, outcome: str, stats: GenerationStats | None, error: BaseException | None) -> None:
         try:
-            self._on_finish(job, outcome, stats)
+            self.on_finish(job, outcome, stats)
         except Exception:
             log.exception("recording a request failed")
         job.finish(outcome, stats, error)
