@@ -126,10 +126,17 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+class Contended(Exception):
+    """A run took longer than --run-timeout: another user had the cores."""
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
     """Run one process; returns its output and its wall and CPU seconds."""
     c0, t0 = _children_cpu(), time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:  # subprocess.run has killed it
+        raise Contended(f"killed after {timeout:g} s") from None
     times = {"wall_seconds": time.perf_counter() - t0, "cpu_seconds": _children_cpu() - c0}
     if out.returncode != 0:
         tail = "\n".join((out.stdout + out.stderr).splitlines()[-25:])
@@ -137,10 +144,10 @@ def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
     return out, times
 
 
-def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int) -> dict:
+def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int, timeout: float) -> dict:
     """llama-bench tg: decode n tokens one at a time (no sampling, after its own warm-up run)."""
     out, times = _run([str(bins["llama-bench"]), "-m", target, "-p", "0", "-n", str(n), "-r", "1", "-o", "json",
-                      "-t", str(threads)])
+                      "-t", str(threads)], timeout)
     tests = [t for t in json.loads(out.stdout) if t.get("n_gen") == n and t.get("n_prompt") == 0]
     if not tests:
         raise SystemExit(f"llama-bench printed no tg{n} result:\n{out.stdout[-2000:]}")
@@ -148,11 +155,11 @@ def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int) 
 
 
 def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp: float, n: int, seed: int,
-                    threads: int, ctx: int, prompt: str, extra: list[str]) -> dict:
+                    threads: int, ctx: int, prompt: str, extra: list[str], timeout: float) -> dict:
     cmd = [str(bins["llama-speculative-simple"]), "-m", target, "-md", draft, "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(k), "-p", prompt, "-n", str(n), "--temp", str(temp), "-s", str(seed),
            "-c", str(ctx), "-t", str(threads), *extra]
-    out, times = _run(cmd)
+    out, times = _run(cmd, timeout)
     text = out.stderr + out.stdout
     m = DECODED.search(text)
     if not m:
@@ -166,12 +173,12 @@ def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp
             "acceptance_rate": n_accept / n_drafted if n_drafted else 0.0, **times}
 
 
-def run_specllama(flags: list[str], target: str | None, draft: str | None, temp: float, n: int, seed: int,
-                  threads: int, ctx: int, prompt: str) -> dict:
-    models = ["-m", target, "-md", draft] if target else []
-    cmd = [sys.executable, "-m", "specllama", "generate", *models, "-p", prompt, "-n", str(n), "--temp", str(temp),
+def run_specllama(flags: list[str], target: str, draft: str, temp: float, n: int, seed: int,
+                  threads: int, ctx: int, prompt: str, timeout: float) -> dict:
+    # the same files as the native tools (for the demo pair: what `specllama generate` loads without -m/-md)
+    cmd = [sys.executable, "-m", "specllama", "generate", "-m", target, "-md", draft, "-p", prompt, "-n", str(n), "--temp", str(temp),
            "--seed", str(seed), "-t", str(threads), "-c", str(ctx), "--json", *flags]
-    out, times = _run(cmd)
+    out, times = _run(cmd, timeout)
     d = json.loads(out.stdout)
     keep = ("tokens_per_second", "n_tokens", "n_drafted", "n_accepted", "n_target_passes", "acceptance_rate")
     return {**{k: d[k] for k in keep if k in d}, **times}
@@ -184,6 +191,17 @@ def wait_for_quiet(max_load: float | None, max_wait: float) -> None:
     t0 = time.perf_counter()
     while os.getloadavg()[0] >= max_load and time.perf_counter() - t0 < max_wait:
         time.sleep(5)
+
+
+def run_cell(name: str, bins: dict[str, Path], target: str, draft: str, temp: float, seed: int,
+             extra: list[str], args: argparse.Namespace) -> dict:
+    """One fresh process of configuration `name`."""
+    if name == NATIVE_TARGET:
+        return run_native_target(bins, target, args.n, args.threads, args.run_timeout)
+    if name in NATIVE_SPEC:
+        return run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed, args.threads,
+                               args.ctx_size, args.prompt, extra, args.run_timeout)
+    return run_specllama(SPEC_FLAGS[name], target, draft, temp, args.n, seed, args.threads, args.ctx_size, args.prompt, args.run_timeout)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -249,6 +267,8 @@ def main() -> None:
     ap.add_argument("--retries", type=int, default=2, help="run a cell again when its process got less than "
                     f"{CONTENDED:g} of its threads' CPU time (another user took the cores), at most this many times "
                     "(default: 2; 0: never)")
+    ap.add_argument("--run-timeout", type=float, default=120, help="kill a run after this many seconds and count "
+                    "it as contended (default: 120; an idle 2-core machine needs 4-13 s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     ver = llama_cpp_version()
@@ -278,14 +298,16 @@ def main() -> None:
             for name in names[shift:] + names[:shift]:
                 for attempt in range(args.retries + 1):
                     wait_for_quiet(args.max_load, args.max_wait)
-                    if name == NATIVE_TARGET:
-                        d = run_native_target(bins, target, args.n, args.threads)
-                    elif name in NATIVE_SPEC:
-                        d = run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed,
-                                            args.threads, args.ctx_size, args.prompt, extra)
-                    else:
-                        d = run_specllama(SPEC_FLAGS[name], args.model, args.model_draft, temp, args.n, seed,
-                                          args.threads, args.ctx_size, args.prompt)
+                    try:
+                        d = run_cell(name, bins, target, draft, temp, seed, extra, args)
+                    except Contended as e:
+                        retry = attempt < args.retries
+                        log(f"  rep {r} temp {temp:g} {name}: {e}  CONTENDED"
+                            f"{', running it again' if retry else ''}")
+                        if retry:
+                            continue
+                        raise SystemExit(f"{name} at temperature {temp:g} was killed after --run-timeout "
+                                         f"{args.run_timeout:g} s, {args.retries + 1} times: the machine is busy")
                     d["loadavg_1min"] = os.getloadavg()[0]  # includes this run; other users show as > threads
                     # CPU seconds the process got per wall second and thread: 0.84-0.94 on the idle 2-core
                     # machine (llama.cpp's threads spin), far less when other processes took the cores; llama.cpp's

@@ -88,15 +88,24 @@ class DraftLengthPolicy:
         return (sum(self.accepted) + PRIOR_ACCEPT * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
 
     def acceptance(self, i: int) -> float:
-        """Estimated P(accept position i | positions before it accepted): its
-        own decayed record, leaning on the pooled rate where it is thin (a
-        position never tried gets the pooled rate)."""
-        return self._acceptance(i, self.pooled())
+        """Estimated P(accept position i | positions before it accepted)."""
+        return self.acceptances(i + 1)[i]
 
-    def _acceptance(self, i: int, pooled: float) -> float:
-        acc = self.accepted[i] if i < len(self.accepted) else 0.0
-        tried = self.tried[i] if i < len(self.tried) else 0.0
-        return (acc + pooled * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+    def acceptances(self, k: int) -> list[float]:
+        """The estimates for positions 0..k-1: each position's own decayed
+        record, leaning where it is thin on the estimate of the position
+        before it (position 0 on the pooled rate). A draft that got this far
+        agrees with the target, so a later position is at least as likely
+        to pass as the one before until its own record says otherwise; a
+        position never tried inherits its predecessor's rate."""
+        out: list[float] = []
+        prior = self.pooled()
+        for i in range(k):
+            acc = self.accepted[i] if i < len(self.accepted) else 0.0
+            tried = self.tried[i] if i < len(self.tried) else 0.0
+            prior = (acc + prior * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
 
     def verify_cost(self, rows: int) -> float:
         """Seconds for a target pass of ``rows`` rows.
@@ -139,10 +148,8 @@ class DraftLengthPolicy:
 
     def rate(self, k: int) -> float:
         """Expected tokens per second with k drafts."""
-        pooled = self.pooled()
-        accept = [self._acceptance(i, pooled) for i in range(k)]
         cost = k * (self.draft_seconds or 0.0) + self.verify_cost(k + 1)
-        return expected_tokens(accept, k) / cost
+        return expected_tokens(self.acceptances(k), k) / cost
 
     # -- the choice -------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .opener import open_engine
-from .options import check_draft, check_logprobs, check_policy, check_rule, check_seed, generation_kwargs
+from .options import DEFAULT_RULE, check_draft, check_logprobs, check_policy, check_rule, check_seed, generation_kwargs
 from .processors import DEFAULT_PENALTY_LAST_N
 from .stats import GenerationStats
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
@@ -131,7 +131,7 @@ class SpeculativeLlama:
         verbose: let llama.cpp print its load log.
         n_threads: CPU threads (default: all cores).
         adaptive: choose each pass's draft length from measured costs.
-        rule: "token" or "block" acceptance.
+        rule: "block" (block verification, the default) or "token" (token-wise) acceptance.
         chat_format: a named chat format instead of the model's template.
         policy: how call options are read: "llama-cpp-python" (the default,
             a drop-in) or "openai" (the HTTP server's rules; see
@@ -159,7 +159,7 @@ class SpeculativeLlama:
         verbose: bool = False,
         n_threads: int | None = None,
         adaptive: bool = True,
-        rule: str = "token",
+        rule: str = DEFAULT_RULE,
         chat_format: str | None = None,
         policy: str = POLICY,
         last_n_tokens_size: int = DEFAULT_PENALTY_LAST_N,

@@ -17,6 +17,7 @@ from .adaptive import DEFAULT_DRAFT_MAX
 from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
 from .generate import Chunk, stream_generate
+from .options import DEFAULT_RULE
 from .processors import Processor
 from .sampling import SamplingParams
 from .stats import GenerationStats
@@ -73,7 +74,7 @@ class ChatSession:
     adaptive: bool = True
     processor: Processor | None = None
     draft_min: int = 0
-    rule: str = "token"
+    rule: str = DEFAULT_RULE
     messages: list[dict] = field(default_factory=list)
     last_stats: GenerationStats | None = None
     last_finish: str | None = None

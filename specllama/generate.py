@@ -19,7 +19,8 @@ import numpy as np
 from .adaptive import DEFAULT_DRAFT_MAX
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .options import check_draft, check_logprobs, check_max_tokens, check_prompt_text, check_prompt_tokens, check_rule, check_stop
+from .options import (DEFAULT_RULE, check_draft, check_logprobs, check_max_tokens, check_prompt_text,
+                      check_prompt_tokens, check_rule, check_stop)
 from .processors import Processor, processed
 from .sampling import SamplingParams, top_logprobs
 from .stats import GenerationStats
@@ -121,7 +122,7 @@ def stream_generate(
     processor: Processor | None = None,
     stopping_criteria: StoppingCriteria | None = None,
     draft_min: int = 0,
-    rule: str = "token",
+    rule: str = DEFAULT_RULE,
     invalid_utf8: str = "replace",
     logprobs: int | None = None,
 ) -> Iterator[Chunk]:
@@ -148,7 +149,7 @@ def stream_generate(
             logits row it was drawn from; True ends generation ("stop")
             after that token.
         draft_min: the least the adaptive policy may draft.
-        rule: "token" or "block" acceptance.
+        rule: "block" (the default) or "token" acceptance.
         invalid_utf8: "replace" (U+FFFD) or "ignore" (llama-cpp-python's choice).
         logprobs: None, or how many top alternatives to report with each
             token's log-probability (0: the token's alone).

@@ -3,7 +3,7 @@
 ``cli.py`` imports :data:`verify` at its very end, and this module reuses
 cli's flag decorators; so the command is built on first access (a module
 ``__getattr__``), when those decorators exist whichever of the two modules
-was imported first. The check itself is :mod:`specllama.verify`.
+was imported first. The check itself is :mod:`specllama.selfcheck`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import click
 
 def _build() -> click.Command:
     from .cli import boundary, filter_options, load_options, penalty_options
-    from .options import RULES
+    from .options import DEFAULT_RULE, RULES
     from .sampling import DEFAULT_TEMPERATURE
-    from .verify import DEFAULT_DRAFT_MAX, DEFAULT_PROMPT, DEFAULT_SAMPLES
+    from .selfcheck import DEFAULT_DRAFT_MAX, DEFAULT_PROMPT, DEFAULT_SAMPLES
 
     @click.command()
     @load_options
@@ -29,7 +29,7 @@ def _build() -> click.Command:
     @click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0),
                   default=DEFAULT_DRAFT_MAX, show_default=True,
                   help="Tokens drafted on every pass, fixed (0: target-only decoding, a control).")
-    @click.option("--rule", type=click.Choice(RULES), default="token", show_default=True,
+    @click.option("--rule", type=click.Choice(RULES), default=DEFAULT_RULE, show_default=True,
                   help="Acceptance rule: token-wise or block verification.")
     @click.option("-p", "--prompt", default=DEFAULT_PROMPT, show_default=True,
                   help="The prompt whose next two tokens are sampled.")
@@ -49,7 +49,7 @@ def _build() -> click.Command:
         from .backend import default_threads
         from .opener import open_engine
         from .options import generation_kwargs
-        from .verify import format_report, run_verify
+        from .selfcheck import format_report, run_verify
 
         # the sampling and penalty flags are checked before any model loads
         kwargs = generation_kwargs(policy="cli", n_vocab=1 << 30, draft_max=draft_max, adaptive=False, rule=rule,

@@ -14,32 +14,14 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
+from specllama.chisquare import pooled_bins  # the pooling rule is the product's; the math here is scipy's
+
 # Significance of every statistical test: a correct sampler fails one with
 # probability 1e-4 per seed; the seeds are fixed, so each outcome is too.
 ALPHA = 1e-4
 Z_BOUND = float(stats.norm.ppf(1 - ALPHA / 2))  # two-sided, about 3.89
 #: the power every statistical test is sized for
 POWER = 0.99
-
-
-def pooled_bins(probs: np.ndarray, n: int) -> list[np.ndarray]:
-    """The bins :func:`assert_distributed_as` tests ``n`` samples on.
-
-    Returns:
-        index arrays into ``probs``, one per bin: each outcome of the support
-        alone, except the rare ones, pooled. Fewer than 2 bins: no test.
-    """
-    support = np.flatnonzero(probs > 0)
-    expected = n * probs[support] / probs[support].sum()
-    # Pool every bin that expects < 5 (the usual rule for the chi-square
-    # approximation), and more of the rarest until the pool expects >= 5.
-    order = np.argsort(expected)
-    n_rare = int((expected < 5).sum())
-    cut = max(n_rare, int(np.searchsorted(np.cumsum(expected[order]), 5.0)) + 1) if n_rare else 0
-    bins = [support[[j]] for j in order[cut:]]
-    if cut:
-        bins.append(support[order[:cut]])
-    return bins
 
 
 def assert_distributed_as(counts: np.ndarray, probs: np.ndarray) -> None:

@@ -97,9 +97,10 @@ def test_acceptance_estimates_follow_observations():
     weight = sum(DECAY**j for j in range(200))  # the decayed count of 200 passes
     pooled = (weight + PRIOR_ACCEPT * PRIOR_WEIGHT) / (2 * weight + PRIOR_WEIGHT)
     assert p.pooled() == pytest.approx(pooled)
-    assert p.acceptance(0) == pytest.approx((weight + pooled * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT))
-    assert p.acceptance(1) == pytest.approx(pooled * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))
-    assert p.acceptance(2) == pytest.approx(pooled)  # never reached: the pooled rate
+    a0 = (weight + pooled * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT)
+    assert p.acceptance(0) == pytest.approx(a0)
+    assert p.acceptance(1) == pytest.approx(a0 * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))  # leans on position 0
+    assert p.acceptance(2) == pytest.approx(p.acceptance(1))  # never reached: its predecessor's rate
     # passes without drafts leave the estimates as they were
     before = [p.acceptance(i) for i in range(3)]
     for _ in range(100):

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from specllama.bench import TABLE_COLUMNS, load_prompts, predicted_speedup
 from specllama.cli import main
+from specllama.options import DEFAULT_RULE
 
 ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "acceptance_rate",
             "tokens_per_pass", "overhead_ms", "predicted_speedup", "efficiency", "draft_ms_per_token",
@@ -54,14 +55,14 @@ def test_json_rows_and_their_arithmetic(tiny_pair, tmp_path, monkeypatch):
         # budget caps drafts so the last pass does too), so n_tokens = n_accepted
         # + passes: rate = n_accepted / n_drafted = (tokens/pass - 1) / (drafts/pass).
         # A run that ends at an end-of-generation token emits one token fewer: only
-        # an adaptive row at temperature > 0 (its draws follow its timing-driven
-        # choices) may meet one here, and it can only raise the rate.
+        # a row at temperature > 0 may meet one here (the greedy text has none),
+        # and it can only raise the rate.
         assert 0 <= mean_k <= row["draft_max"]
         if mean_k == 0:  # only the adaptive policy may decline to draft at all
             assert row["adaptive"] and rate == 0 and per_pass == 1 and row["acceptance_by_position"] == []
         else:
             implied = (per_pass - 1) / mean_k
-            if row["adaptive"] and row["temperature"] > 0:
+            if row["temperature"] > 0:
                 assert rate >= implied - 1e-12
             else:
                 assert rate == pytest.approx(implied, rel=1e-9)
@@ -94,7 +95,7 @@ def test_table_output(tiny_pair):
     assert len(lines) == 7
     assert re.split(r"\s{2,}", lines[0].strip()) == [header for header, _, _ in TABLE_COLUMNS]
     assert set(lines[1].replace(" ", "")) == {"-"} and len(lines[1]) == len(lines[0])
-    assert lines[2].split()[:3] == ["0.5", "token", "2"]
+    assert lines[2].split()[:3] == ["0.5", DEFAULT_RULE, "2"]
     assert lines[3].split()[:2] == ["0.5", "token"] and re.search(r"  auto<=2 \(\d\.\d\)  ", lines[3])
     assert re.fullmatch(r"peak RSS \d+ MB; 12 tokens x 4 prompts x 1", lines[4])
     assert re.fullmatch(r"adaptive vs best fixed k, worst prompt: temp 0\.5: \d\.\d{3}", lines[5])

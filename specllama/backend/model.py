@@ -34,6 +34,16 @@ def is_llama(obj: object) -> bool:
     return isinstance(obj, llama_cpp.Llama)
 
 
+def system_info() -> str:
+    """llama.cpp's build line: its backends and CPU features (for bug reports)."""
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+
+
+def supports_gpu_offload() -> bool:
+    """Whether this llama-cpp-python build can offload layers to a GPU."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
 def default_threads() -> int:
     """All cores (llama-cpp-python's own default is half of them)."""
     return os.cpu_count() or 1

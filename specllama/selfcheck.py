@@ -39,7 +39,7 @@ from .chisquare import GoodnessOfFit, detectable_effect, goodness_of_fit, pooled
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .generate import tokenize_prompt
-from .options import check_draft, check_rule
+from .options import DEFAULT_RULE, check_draft, check_rule
 from .processors import Processor, processed
 from .sampling import SamplingParams, to_probs
 
@@ -47,7 +47,7 @@ from .sampling import SamplingParams, to_probs
 ALPHA = 1e-3
 #: the power at which the smallest detectable bias is stated
 POWER = 0.99
-#: samples drawn by default (on the demo pair: about a minute and a half on 2 CPU cores)
+#: samples drawn by default (on the demo pair: 72-79 s for the whole run on 2 idle CPU cores)
 DEFAULT_SAMPLES = 500
 #: the draft length, fixed on every pass (not the adaptive policy's cap)
 DEFAULT_DRAFT_MAX = 4
@@ -230,7 +230,15 @@ def environment(engine: SpeculativeEngine) -> dict:
         "machine": platform.machine(),
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
+        "llama_cpp_build": _build_info(),
     }
+
+
+def _build_info() -> dict:
+    """llama.cpp's own account of this build: GPU offload, backends, CPU features."""
+    from .backend import supports_gpu_offload, system_info
+
+    return {"gpu_offload": supports_gpu_offload(), "system_info": system_info()}
 
 
 def _version(package: str) -> str | None:
@@ -308,7 +316,7 @@ def run_verify(
     prompt: str | Sequence[int] = DEFAULT_PROMPT,
     n_samples: int = DEFAULT_SAMPLES,
     draft_max: int = DEFAULT_DRAFT_MAX,
-    rule: str = "token",
+    rule: str = DEFAULT_RULE,
     alpha: float = ALPHA,
     settings: Mapping[str, object] | None = None,
     on_sample: Callable[[], None] | None = None,
@@ -535,6 +543,15 @@ def _table(check: Check) -> list[str]:
     return lines
 
 
+def _in_words(top_prob: float, shift: float) -> str:
+    """A bias of Cohen's w as the top token's probability moved by ``shift``."""
+    moves = [f"{verb} to {top_prob + sign * shift:.3f}" for verb, sign in (("raised", 1), ("lowered", -1))
+             if 0.0 <= top_prob + sign * shift <= 1.0]
+    if not moves:
+        return "more than any change of the top token's probability alone"
+    return f"e.g. the top token's probability {top_prob:.3f} {' or '.join(moves)}, the others rescaled"
+
+
 def _check_lines(check: Check, result: VerifyResult) -> list[str]:
     lines = [f"{check.name} after {check.context}: {check.n} speculative samples against the target's "
              "one-row decode"]
@@ -552,9 +569,8 @@ def _check_lines(check: Check, result: VerifyResult) -> list[str]:
         off = f"; {t.off_support} samples of tokens the target gives probability 0" if t.off_support else ""
         lines.append(f"  chi-square {t.statistic:.2f}, df {t.df}, p-value {t.p_value:.4g} "
                      f"(fail below alpha {t.alpha:g}){off}: {'PASS' if check.passed else 'FAIL'}")
-        lines.append(f"  detectable with probability {POWER:g}: Cohen's w {check.detectable_w:.3f}, e.g. a shift "
-                     f"of {check.top_shift:.3f} in the top token's probability ({check.top_prob:.3f}), "
-                     "the others rescaled")
+        lines.append(f"  detectable with probability {POWER:g}: Cohen's w {check.detectable_w:.3f}, "
+                     f"{_in_words(check.top_prob, check.top_shift)}")
         if check.draft_power is not None:
             w = "" if check.draft_w is None else f": w {check.draft_w:.3f} from the target's on these bins"
             lines.append(f"  a sampler that kept every draft token (the draft's own law{w}, "
@@ -588,6 +604,8 @@ def format_report(result: VerifyResult) -> str:
         f"versions     specllama {v['specllama']}, llama-cpp-python {v['llama-cpp-python']}, "
         f"numpy {v['numpy']}, Python {v['python']}",
         f"platform     {env['platform']}; {env['cpu']} ({env['cpu_count']} cores)",
+        f"llama.cpp    GPU offload {'yes' if env['llama_cpp_build']['gpu_offload'] else 'no'}; "
+        f"{env['llama_cpp_build']['system_info']}",
         f"load         context {s.get('ctx_size', target['n_ctx'])}, GPU layers {s.get('n_gpu_layers', '?')} "
         f"(draft: {'as the target' if ngld is None else ngld}), threads {s.get('threads') or 'default'}",
         f"sampling     temperature {s['temperature']:g}, top-k {s['top_k']}, top-p {s['top_p']:g}, "
