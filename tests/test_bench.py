@@ -96,7 +96,7 @@ def test_table_output(tiny_pair):
     assert re.split(r"\s{2,}", lines[0].strip()) == [header for header, _, _ in TABLE_COLUMNS]
     assert set(lines[1].replace(" ", "")) == {"-"} and len(lines[1]) == len(lines[0])
     assert lines[2].split()[:3] == ["0.5", DEFAULT_RULE, "2"]
-    assert lines[3].split()[:2] == ["0.5", "token"] and re.search(r"  auto<=2 \(\d\.\d\)  ", lines[3])
+    assert lines[3].split()[:2] == ["0.5", DEFAULT_RULE] and re.search(r"  auto<=2 \(\d\.\d\)  ", lines[3])
     assert re.fullmatch(r"peak RSS \d+ MB; 12 tokens x 4 prompts x 1", lines[4])
     assert re.fullmatch(r"adaptive vs best fixed k, worst prompt: temp 0\.5: \d\.\d{3}", lines[5])
     assert lines[6].startswith("best: --draft-max ")
