@@ -156,6 +156,7 @@ def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int, 
 
 def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp: float, n: int, seed: int,
                     threads: int, ctx: int, prompt: str, extra: list[str], timeout: float) -> dict:
+    """llama-speculative-simple with a draft model and k = `k`: the speed of its "decoded" line, its counts."""
     cmd = [str(bins["llama-speculative-simple"]), "-m", target, "-md", draft, "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(k), "-p", prompt, "-n", str(n), "--temp", str(temp), "-s", str(seed),
            "-c", str(ctx), "-t", str(threads), *extra]
@@ -175,9 +176,10 @@ def run_native_spec(bins: dict[str, Path], target: str, draft: str, k: int, temp
 
 def run_specllama(flags: list[str], target: str, draft: str, temp: float, n: int, seed: int,
                   threads: int, ctx: int, prompt: str, timeout: float) -> dict:
+    """`specllama generate --json`: its decoding tokens/s (prompt excluded) and draft counts."""
     # the same files as the native tools (for the demo pair: what `specllama generate` loads without -m/-md)
-    cmd = [sys.executable, "-m", "specllama", "generate", "-m", target, "-md", draft, "-p", prompt, "-n", str(n), "--temp", str(temp),
-           "--seed", str(seed), "-t", str(threads), "-c", str(ctx), "--json", *flags]
+    cmd = [sys.executable, "-m", "specllama", "generate", "-m", target, "-md", draft, "-p", prompt, "-n", str(n),
+           "--temp", str(temp), "--seed", str(seed), "-t", str(threads), "-c", str(ctx), "--json", *flags]
     out, times = _run(cmd, timeout)
     d = json.loads(out.stdout)
     keep = ("tokens_per_second", "n_tokens", "n_drafted", "n_accepted", "n_target_passes", "acceptance_rate")
@@ -201,7 +203,8 @@ def run_cell(name: str, bins: dict[str, Path], target: str, draft: str, temp: fl
     if name in NATIVE_SPEC:
         return run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed, args.threads,
                                args.ctx_size, args.prompt, extra, args.run_timeout)
-    return run_specllama(SPEC_FLAGS[name], target, draft, temp, args.n, seed, args.threads, args.ctx_size, args.prompt, args.run_timeout)
+    return run_specllama(SPEC_FLAGS[name], target, draft, temp, args.n, seed, args.threads, args.ctx_size,
+                         args.prompt, args.run_timeout)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -302,6 +305,8 @@ def main() -> None:
                         d = run_cell(name, bins, target, draft, temp, seed, extra, args)
                     except Contended as e:
                         retry = attempt < args.retries
+                        raw.append({"rep": r, "seed": seed, "temperature": temp, "config": name, "attempt": attempt,
+                                    "discarded": True, "killed": str(e)})
                         log(f"  rep {r} temp {temp:g} {name}: {e}  CONTENDED"
                             f"{', running it again' if retry else ''}")
                         if retry:
@@ -350,10 +355,11 @@ def main() -> None:
     n_retried = sum(1 for x in raw if x["discarded"])
     n_kept_contended = sum(1 for runs in results.values() for x in runs if x["contended"])
     if n_retried or n_kept_contended:
-        print(f"{n_retried} runs were contended and run again; {n_kept_contended} contended runs kept in the medians")
+        print(f"{n_retried} runs were contended (or killed after --run-timeout) and run again; "
+              f"{n_kept_contended} contended runs kept in the medians")
     lb, la = meta["loadavg_before"], meta["loadavg_after"]
-    print(f"median of {args.reps} fresh processes per cell, {args.n} tokens, {args.threads} threads, -c {args.ctx_size}, "
-          f"interleaved; load average {lb[0]:.2f} before, {la[0]:.2f} after")
+    print(f"median of {args.reps} fresh processes per cell, {args.n} tokens, {args.threads} threads, "
+          f"-c {args.ctx_size}, interleaved; load average {lb[0]:.2f} before, {la[0]:.2f} after")
 
 
 if __name__ == "__main__":
