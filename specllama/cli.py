@@ -97,6 +97,8 @@ def model_options(f):
                      show_default=True, help="Least tokens the adaptive length drafts per target pass."),
         click.option("--draft-fixed", is_flag=True,
                      help="Always draft --draft-max tokens (no adaptive length; replays a --seed exactly)."),
+        click.option("--ignore-eos", is_flag=True,
+                     help="Never end at an end-of-generation token (its logit becomes -inf), as llama.cpp's flag."),
         click.option("--rule", type=click.Choice(RULES), default=DEFAULT_RULE, show_default=True,
                      help="Acceptance rule: token-wise, or block verification (jointly over the block; exact, "
                           "keeps at least as many tokens on average)."),
@@ -113,7 +115,8 @@ def _kwargs(engine, o: dict, max_tokens: int | None, stop=()) -> dict:
         top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"], seed=o["seed"], max_tokens=max_tokens, stop=list(stop),
         repeat_penalty=o["repeat_penalty"], repeat_last_n=o["repeat_last_n"], presence_penalty=o["presence_penalty"],
         frequency_penalty=o["frequency_penalty"], draft_max=o["draft_max"], draft_min=o["draft_min"],
-        adaptive=not o["draft_fixed"], rule=o["rule"])
+        adaptive=not o["draft_fixed"], rule=o["rule"],
+        banned=engine.target.eog_tokens() if o["ignore_eos"] else ())
 
 
 def _check_sampling(o: dict) -> None:

@@ -24,7 +24,7 @@ import numbers
 from typing import Any, Callable, Mapping, Sequence
 
 from .errors import SpecLlamaError
-from .processors import DEFAULT_PENALTY_LAST_N, as_list, chain, logit_bias as bias_processor, penalties
+from .processors import DEFAULT_PENALTY_LAST_N, as_list, ban, chain, logit_bias as bias_processor, penalties
 from .sampling import SamplingParams
 
 POLICIES = ("llama-cpp-python", "openai", "cli")
@@ -173,9 +173,11 @@ def processor_for(
     frequency_penalty: object = 0.0,
     n_ctx: int | None = None,
     policy: str = "cli",
+    banned: Sequence[int] = (),
 ):
     """The one processor for a call: the user's processors, then
-    ``logit_bias``, then the penalties (llama-cpp-python's order), checked."""
+    ``logit_bias``, then the penalties (llama-cpp-python's order), then the
+    ``banned`` tokens (``--ignore-eos``), checked."""
     _check_number("repeat_penalty", repeat_penalty, 0.0, None, lo_open=True)
     bound = 2.0 if policy == "openai" else None
     presence = _check_number("presence_penalty", presence_penalty, -bound if bound else None, bound)
@@ -191,7 +193,7 @@ def processor_for(
         raise SpecLlamaError(str(e)) from None
     return chain(user + [bias_processor(check_logit_bias(logit_bias, n_vocab)),
                          penalties(repeat_penalty=float(repeat_penalty), presence_penalty=presence,  # type: ignore[arg-type]
-                                   frequency_penalty=frequency, last_n=last_n)])
+                                   frequency_penalty=frequency, last_n=last_n), ban(banned)])
 
 
 def check_stopping_criteria(value: object) -> Callable | None:
@@ -232,6 +234,7 @@ def generation_kwargs(
     adaptive: bool = True,
     rule: object = "token",
     logprobs: object = None,
+    banned: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Check a call's options; return the keyword arguments of
     :func:`~specllama.generate.stream_generate` (``params``, ``max_tokens``,
@@ -247,7 +250,7 @@ def generation_kwargs(
         "processor": processor_for(n_vocab=n_vocab, logits_processor=logits_processor, logit_bias=logit_bias,
                                    repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                   n_ctx=n_ctx, policy=policy),
+                                   n_ctx=n_ctx, policy=policy, banned=banned),
         "stopping_criteria": check_stopping_criteria(stopping_criteria),
         "draft_max": d_max,
         "draft_min": d_min,

@@ -82,6 +82,20 @@ def logit_bias(bias: Mapping[int, float] | None) -> Processor | None:
     return apply
 
 
+def ban(tokens: Sequence[int]) -> Processor | None:
+    """Never sample these tokens (their logits become -inf): llama.cpp's
+    ``--ignore-eos`` bans the end-of-generation tokens so."""
+    if not tokens:
+        return None
+    ids = np.asarray(list(tokens), dtype=np.int64)
+
+    def apply(input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        scores[ids] = -np.inf
+        return scores
+
+    return apply
+
+
 def chain(processors: Sequence[Processor | None]) -> Processor | None:
     """One processor that runs the given ones in order (None: none at all)."""
     active = [p for p in processors if p is not None]

@@ -760,7 +760,7 @@ def test_the_target_as_its_own_draft(tiny_pair):
 def test_ctrl_c_keeps_the_partial_text_and_exits_130(tiny_pair):
     env = dict(os.environ, SPECLLAMA_COST_CACHE="0")
     proc = subprocess.Popen([sys.executable, "-m", "specllama", "generate", "-m", tiny_pair[0], "-md", tiny_pair[1],
-                             "-t", "1", "-c", "8192", "-n", "-1", "--temp", "0", "-p", PROMPT],
+                             "-t", "1", "-c", "8192", "-n", "-1", "--temp", "0", "--ignore-eos", "-p", PROMPT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         got = b""

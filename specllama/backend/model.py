@@ -179,6 +179,12 @@ class LlamaModel:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token of the vocabulary (EOS, EOT, ...)."""
+        if getattr(self, "_eog", None) is None:
+            self._eog = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
+        return list(self._eog)
+
     def vocab_info(self) -> VocabInfo:
         get_text = llama_cpp.llama_vocab_get_text
         tokens = [get_text(self._vocab, i) or b"" for i in range(self.n_vocab)]

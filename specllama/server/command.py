@@ -47,6 +47,12 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     from ..chat_template import check_chat_format
     from ..options import generation_kwargs
 
+    if o["ignore_eos"]:
+        raise click.ClickException("--ignore-eos is not supported by serve (a request ends at the model's end "
+                                   "of generation)")
+    if o["color"] != "auto":
+        raise click.ClickException("--color is for generate and chat: serve prints no generated text")
+
     try:
         check_chat_format(chat_format)
     except ValueError as e:
