@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import resource
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence

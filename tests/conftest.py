@@ -38,15 +38,15 @@ def foreign_draft(model_dir) -> tuple[str, int]:
     return str(path), first_diff
 
 
-def open_tiny_engine(tiny_pair):
+def open_tiny_engine(tiny_pair, n_ctx: int = TINY_CTX):
     """The tiny pair as an engine, one thread each (the tiny models are fastest so; two threads
     waiting on each other are slow on a busy machine)."""
     from specllama.backend import LlamaModel
     from specllama.engine import SpeculativeEngine
 
     target, draft = tiny_pair
-    return SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1),
-                             LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1))
+    return SpeculativeEngine(LlamaModel(target, n_ctx=n_ctx, n_threads=1),
+                             LlamaModel(draft, n_ctx=n_ctx, n_threads=1))
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from specllama.options import processor_for
 from specllama.processors import processed
 from specllama.sampling import SamplingParams, to_probs
 
-from .conftest import TINY_CTX
+from .conftest import TINY_CTX, open_tiny_engine
 from .stats_helpers import POWER, assert_distributed_as, detectable_effect, pooled_bins, power, samples_for_power
 
 PROMPT = "once upon a time there lived a king"
@@ -39,25 +39,19 @@ FILTERED = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, min_p=0.02)
 N_RUNS = 3000
 
 
-def open_engine(tiny_pair, n_ctx: int = TINY_CTX) -> SpeculativeEngine:
-    target, draft = tiny_pair
-    return SpeculativeEngine(LlamaModel(target, n_ctx=n_ctx, n_threads=1), LlamaModel(draft, n_ctx=n_ctx, n_threads=1))
+open_engine = open_tiny_engine
 
 
 @pytest.fixture
-def engine(tiny_pair):
+def engine(fresh_engine):
     """A tiny pair with its own, untouched state (caches and policy)."""
-    e = open_engine(tiny_pair)
-    yield e
-    e.close()
+    return fresh_engine
 
 
 @pytest.fixture(scope="module")
-def shared_engine(tiny_pair):
+def shared_engine(tiny_engine):
     """One pair for the tests that do not depend on the engine's history."""
-    e = open_engine(tiny_pair)
-    yield e
-    e.close()
+    return tiny_engine
 
 
 def test_acceptance_is_strictly_between_zero_and_one(shared_engine):

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import llama_cpp
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
