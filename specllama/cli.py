@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 
 import click
@@ -144,6 +145,10 @@ class OneLineErrors(click.Group):
     no usage banner, like every other error of specllama's."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # started in the background by a shell, which ignores SIGINT for its children:
+            # Ctrl-C (a SIGINT) must still stop a generation
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

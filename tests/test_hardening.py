@@ -757,11 +757,14 @@ def test_the_target_as_its_own_draft(tiny_pair):
     assert same["n_target_passes"] == 8  # 40 tokens, 5 a pass
 
 
-def test_ctrl_c_keeps_the_partial_text_and_exits_130(tiny_pair):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "started-in-background"])
+def test_ctrl_c_keeps_the_partial_text_and_exits_130(tiny_pair, sigint_ignored):
+    """Also when the parent ignored SIGINT, as a shell does for a job it starts with &."""
     env = dict(os.environ, SPECLLAMA_COST_CACHE="0")
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     proc = subprocess.Popen([sys.executable, "-m", "specllama", "generate", "-m", tiny_pair[0], "-md", tiny_pair[1],
                              "-t", "1", "-c", "8192", "-n", "-1", "--temp", "0", "--ignore-eos", "-p", PROMPT],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=ignore)
     try:
         got = b""
         deadline = time.monotonic() + 60
