@@ -279,8 +279,9 @@ class SpeculativeLlama:
         llama-server's ``timings`` object (and ``usage``, also when
         streaming) to the last chunk; ``origins=True`` adds to each chunk an
         ``"origins"`` object: its text split by origin (``"pieces"``:
-        ``[text, "draft"|"target"]`` pairs) and its target pass's
-        ``n_drafted``/``n_accepted`` (extra fields OpenAI clients ignore)."""
+        ``[text, "draft"|"target"]`` pairs), how many tokens it holds
+        (``n_tokens``) and its target pass's ``n_drafted``/``n_accepted``
+        (extra fields OpenAI clients ignore)."""
         kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                    max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
@@ -418,8 +419,8 @@ class SpeculativeLlama:
             if last.text or lp or (origins and last.tokens):
                 out = chunk(last.text, None, lp)
                 if origins:
-                    out["origins"] = {"pieces": [list(p) for p in last.pieces], "n_drafted": last.n_drafted,
-                                      "n_accepted": last.n_accepted}
+                    out["origins"] = {"pieces": [list(p) for p in last.pieces], "n_tokens": len(last.tokens),
+                                      "n_drafted": last.n_drafted, "n_accepted": last.n_accepted}
                 yield out
         assert last is not None and last.finish_reason is not None
         final = chunk("", last.finish_reason)

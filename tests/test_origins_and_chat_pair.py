@@ -59,8 +59,11 @@ def test_api_chunks_carry_origins_and_pass_counts(tiny_pair):
         chunks = list(s.create_completion(PROMPT, max_tokens=20, temperature=0, stream=True, origins=True))
         plain = s.create_completion(PROMPT, max_tokens=20, temperature=0)
     passes = [c["origins"] for c in chunks if "origins" in c]
-    assert passes and all(set(p) == {"pieces", "n_drafted", "n_accepted"} for p in passes)
+    assert passes and all(set(p) == {"pieces", "n_tokens", "n_drafted", "n_accepted"} for p in passes)
     assert all(0 <= p["n_accepted"] <= p["n_drafted"] <= 3 for p in passes)
+    assert sum(p["n_tokens"] for p in passes) == plain["usage"]["completion_tokens"] == 20
+    # a pass yields its kept drafts and one token of the target's (the last may be cut by max_tokens)
+    assert all(p["n_tokens"] == p["n_accepted"] + 1 for p in passes[:-1])
     assert "".join(t for p in passes for t, _ in p["pieces"]) == plain["choices"][0]["text"]
     assert sum(p["n_accepted"] for p in passes) == plain["speculative"]["n_accepted"]
 
@@ -79,6 +82,8 @@ def test_models_txt_ships_inside_the_wheel(tmp_path):
         shipped = z.read("specllama/models.txt").decode()
     with open(os.path.join(root, "models.txt"), encoding="utf-8") as f:
         assert shipped == f.read()
+        web = {n for n in z.namelist() if n.startswith("specllama/web/")}
+    assert web == {f"specllama/web/{n}" for n in ("index.html", "app.js", "style.css", "favicon.svg")}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import os
 import click
 
 from ..cli import _n_predict, boundary, model_options
-from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, RequestDefaults, ServerSettings
+from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, WEB_DIR, RequestDefaults, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 API_KEY_ENV = "SPECLLAMA_API_KEY"
@@ -36,10 +36,12 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
 @click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
               callback=_n_predict, help="max_tokens of a request that gives none (-1: until the model stops "
                                         "or the context is full).")
+@click.option("--no-webui", is_flag=True, help="Do not serve the web page at / (the API only).")
 @boundary
 def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, host, port, api_key, alias,
-          max_queue, chat_format, cors_origins, n_predict, **o) -> None:
-    """Serve the pair over HTTP: OpenAI's /v1/completions and /v1/chat/completions.
+          max_queue, chat_format, cors_origins, n_predict, no_webui, **o) -> None:
+    """Serve the pair over HTTP: OpenAI's /v1/completions and /v1/chat/completions,
+    and a chat page at / that shows which tokens the draft proposed.
 
     Fields a request omits take the sampling flags here. One request runs at
     a time, in arrival order. Stop with Ctrl-C or SIGTERM.
@@ -82,13 +84,16 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
-                                  max_queue=max_queue, cors_origins=tuple(cors_origins), defaults=defaults)
+                                  max_queue=max_queue, cors_origins=tuple(cors_origins), defaults=defaults,
+                                  static_dir=None if no_webui else WEB_DIR)
         app = create_app(worker, settings)
         engine = llm.engine
         draft = engine.draft.path if engine.draft is not None else ("prompt-lookup" if engine.drafter else "none")
         log.info(f"specllama serve: target {llm.model_path}, draft {draft} (--draft-max {o['draft_max']}, "
                  f"{'fixed' if o['draft_fixed'] else 'adaptive'}), context {engine.target.n_ctx}; "
                  f"{llm.chat_template().origin}; model id {settings.alias!r}")
+        if settings.static_dir:
+            log.info(f"the chat page: http://{'[' + host + ']' if ':' in host else host}:{port}/")
         if not settings.api_key and host not in LOOPBACK:
             log.warning(f"listening on {host} without --api-key: anyone who can reach it can use it")
         try:

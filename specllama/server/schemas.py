@@ -70,6 +70,7 @@ class _Generation(_Strict):
     n: int | None = None
     speculative: Speculative | None = None
     speculative_n_max: int | None = Field(None, alias="speculative.n_max")
+    origins: bool | None = None  # specllama's: each chunk says which tokens the draft proposed
     # refused unless neutral
     typical_p: float | None = None
     tfs_z: float | None = None
@@ -105,7 +106,7 @@ class _Generation(_Strict):
                 kwargs[name] = getattr(self, name)
         kwargs.update(max_tokens=defaults.max_tokens if max_tokens is None else max_tokens, stop=self.stop,
                       seed=self.seed, logit_bias=self.logit_bias, stream=True, timings=True,
-                      repeat_last_n=self.repeat_last_n)
+                      repeat_last_n=self.repeat_last_n, origins=bool(self.origins))
         renames: dict[str, str] = {}
         n_max = self.speculative_n_max
         if n_max is None and self.speculative is not None:

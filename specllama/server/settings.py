@@ -8,6 +8,7 @@ click command can import it without slowing ``specllama --help``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -17,6 +18,8 @@ DEFAULT_MAX_QUEUE = 16  # requests waiting behind the running one
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a larger request body gets 413
 RETRY_AFTER_SECONDS = 5  # the Retry-After of a 503 when the queue is full
 SHUTDOWN_GRACE_SECONDS = 5.0  # how long a stream may take to say goodbye on SIGINT/SIGTERM
+#: the web page's files (HTML, CSS, JavaScript; no build step), served at /
+WEB_DIR = str(Path(__file__).resolve().parent.parent / "web")
 #: API endpoints that need the key; everything else (/health, the web page) stays open
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/metrics")
 
@@ -53,7 +56,7 @@ class ServerSettings:
         max_queue: requests that may wait behind the running one (more get 503).
         cors_origins: origins allowed cross-origin access (none: no CORS headers).
         defaults: values for the sampling fields a request omits.
-        static_dir: a folder served at ``/`` (the web page; None: none yet).
+        static_dir: a folder served at ``/`` (the web page; None: no page).
         max_body_bytes: request bodies beyond this get 413.
     """
 
