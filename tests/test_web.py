@@ -338,6 +338,13 @@ def test_the_race_at_temperature_zero_shows_equal_texts_at_their_measured_pace(d
     assert delta[OK] == 2
     assert delta["specllama_draft_tokens_total"] == int(spec.get_attribute("data-drafted"))
     _shot(driver, shots, "race")
+    # Replay shows the same two runs again, asking the server nothing
+    shown = [_passes(spec), _passes(plain)]
+    driver.find_element("id", "race-replay").click()
+    _until(driver, lambda d: verdict.get_attribute("data-same") is None, "the replay to start", 10)
+    _until(driver, lambda d: verdict.get_attribute("data-same") == "true", "the replay")
+    assert [_passes(spec), _passes(plain)] == shown
+    assert metrics_delta(before, _metrics(chat_server))[OK] == 2
 
 
 def test_escape_stops_a_race(driver, chat_server):

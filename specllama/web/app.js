@@ -371,6 +371,8 @@ function replay() {
   const shown = runs.map(() => ({ next: 0, tokens: 0 }));
   for (const [where] of runs) where.clear();
   $("race-replay").disabled = true;
+  $("race-verdict").textContent = "";
+  delete $("race-verdict").dataset.same;
   const start = performance.now();
   const frame = () => {
     const now = performance.now() - start;
