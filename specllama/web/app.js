@@ -6,14 +6,15 @@
 const $ = (id) => document.getElementById(id);
 const KEY_STORE = "specllama-api-key";
 const THEMES = ["auto", "light", "dark"];
-const CHAT = "/v1/chat/completions";
+const CHAT = "v1/chat/completions"; // relative: the page works behind a proxy's sub-path too
+const MODELS = "v1/models";
 
 const state = {
   key: sessionStorage.getItem(KEY_STORE) || "",
   messages: [], // the conversation: {role, content}
   controller: null, // the running request's AbortController
   race: null, // the last race's two recordings
-  replayTimer: null,
+  replayTimer: null, // set while a replay runs
 };
 
 // ---------------------------------------------------------------- the API
@@ -46,14 +47,14 @@ async function call(path, body, signal) {
   throw new RequestError(res.status, message);
 }
 
-// the JSON payloads of a server-sent-events body, until [DONE]
+// the JSON payloads of a server-sent-events body, until [DONE] (a body that ends before it is an error)
 async function* events(res) {
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return;
+    if (done) throw new RequestError(0, "the stream ended before the reply was complete");
     buffer += decoder.decode(value, { stream: true });
     let end;
     while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
@@ -184,13 +185,26 @@ class Tally {
   }
 }
 
+// follow the reply only if the reader has not scrolled up to read something else
+function nearBottom() {
+  const root = document.scrollingElement;
+  return root.scrollHeight - root.scrollTop - root.clientHeight < 80;
+}
+
 function bubble(role, text) {
   const el = document.createElement("div");
   el.className = `message ${role}`;
   if (text !== undefined) el.textContent = text;
+  const follow = nearBottom();
   $("messages").append(el);
-  el.scrollIntoView({ block: "end" });
+  if (follow) el.scrollIntoView({ block: "end" });
   return el;
+}
+
+// focus goes back to a text box only if it was nowhere useful (on a disabled button, or on the page)
+function refocus(id) {
+  const a = document.activeElement;
+  if (!a || a === document.body || a.disabled) $(id).focus();
 }
 
 function note(el, text, isError) {
@@ -209,7 +223,7 @@ function setBusy(controller) {
   $("race-run").disabled = busy;
   $("stop").disabled = !busy;
   $("race-stop").disabled = !busy;
-  $("race-replay").disabled = busy || state.race === null;
+  $("race-replay").disabled = busy || state.race === null || state.replayTimer !== null;
 }
 
 function stop() {
@@ -220,12 +234,15 @@ async function send() {
   const text = $("prompt").value;
   if (state.controller || !text.trim()) return;
   $("prompt").value = "";
+  const convo = state.messages; // "New chat" during the reply starts another one: this reply stays out of it
   const user = bubble("user", text);
-  state.messages.push({ role: "user", content: text });
+  convo.push({ role: "user", content: text });
   const reply = bubble("assistant");
   reply.dataset.state = "streaming";
+  reply.setAttribute("aria-busy", "true");
   const body = document.createElement("div");
   body.className = "reply";
+  readablePasses(body);
   const stats = document.createElement("p");
   stats.className = "stats";
   reply.append(body, stats);
@@ -234,12 +251,13 @@ async function send() {
   setBusy(controller);
   let answer = "";
   try {
-    const result = await complete(requestBody(withSystem(state.messages)), controller.signal, (o, piece) => {
+    const result = await complete(requestBody(withSystem(convo)), controller.signal, (o, piece) => {
+      const follow = nearBottom();
       tally.add(o);
       body.append(passElement(o, tally.passes));
       answer += piece;
       tally.show(stats);
-      reply.scrollIntoView({ block: "end" });
+      if (follow) reply.scrollIntoView({ block: "end" });
     });
     tally.show(stats, result);
     reply.dataset.state = "done";
@@ -255,15 +273,17 @@ async function send() {
     }
   } finally {
     setBusy(null);
+    reply.removeAttribute("aria-busy");
     if (answer) {
-      state.messages.push({ role: "assistant", content: answer });
+      convo.push({ role: "assistant", content: answer });
     } else {
       // nothing came back: the message leaves the conversation and returns to the box, to send again
-      state.messages.pop();
+      convo.pop();
       user.classList.add("unsent");
-      if (!$("prompt").value) $("prompt").value = text;
+      user.title = "not sent: the message is back in the box";
+      if (convo === state.messages && !$("prompt").value) $("prompt").value = text;
     }
-    $("prompt").focus();
+    refocus("prompt");
   }
 }
 
@@ -271,26 +291,49 @@ function newChat() {
   stop();
   state.messages = [];
   $("messages").replaceChildren();
-  $("pass-info").textContent = "";
+  document.querySelectorAll(".pass-info").forEach((p) => { p.textContent = ""; });
   $("prompt").focus();
 }
 
 // hovering a pass shows its counts (each pass's title says the same to a screen reader)
-function showPass(event) {
-  const pass = event.target.closest && event.target.closest(".pass");
+function highlight(pass) {
   document.querySelectorAll(".pass.hover").forEach((p) => p.classList.remove("hover"));
   if (!pass) return;
   pass.classList.add("hover");
-  $("pass-info").textContent = pass.title;
+  pass.closest("section").querySelector(".pass-info").textContent = pass.title;
+}
+
+function showPass(event) {
+  const pass = event.target.closest && event.target.closest(".pass");
+  if (pass) highlight(pass);
+}
+
+// from the keyboard: Tab to a reply, then the arrow keys step through its passes
+function readablePasses(el) {
+  el.tabIndex = 0;
+  el.setAttribute("aria-label", "reply; arrow keys step through its target passes");
+  el.addEventListener("keydown", (e) => {
+    if (!["ArrowLeft", "ArrowRight", "Home", "End"].includes(e.key)) return;
+    const passes = Array.from(el.querySelectorAll(".pass"));
+    if (!passes.length) return;
+    e.preventDefault();
+    const at = passes.findIndex((p) => p.classList.contains("hover"));
+    const last = passes.length - 1;
+    const next = { ArrowLeft: at < 0 ? last : Math.max(at - 1, 0), ArrowRight: at < 0 ? 0 : Math.min(at + 1, last),
+      Home: 0, End: last }[e.key];
+    highlight(passes[next]);
+  });
 }
 
 // ---------------------------------------------------------------- the race
 
 function lane(id) {
   const el = $(id);
+  const text = el.querySelector(".lane-text");
+  if (text.tabIndex !== 0) readablePasses(text);
   return {
     el,
-    text: el.querySelector(".lane-text"),
+    text,
     elapsed: el.querySelector(".elapsed"),
     rate: el.querySelector(".rate"),
     clear() {
@@ -319,7 +362,12 @@ async function record(body, where, signal) {
     where.text.append(passElement(o, passes.length));
     where.show(t, tokens);
   });
-  result.ms = performance.now() - start;
+  // The clock starts when decoding does: the lane's own prompt time is taken off (the second run
+  // finds the prompt in the server's KV cache, the first one evaluates it).
+  const promptMs = result.timings ? result.timings.prompt_ms : 0;
+  for (const p of passes) p.t = Math.max(p.t - promptMs, 0);
+  result.ms = Math.max(performance.now() - start - promptMs, 0);
+  result.promptMs = promptMs;
   result.passes = passes;
   return result;
 }
@@ -330,6 +378,8 @@ async function race() {
   clearTimeout(state.replayTimer);
   const seedField = numberField("seed", Number);
   const seed = seedField !== null ? seedField : Math.floor(Math.random() * 2 ** 31);
+  const draftMax = numberField("draft-max", Number); // Draft max 0 would race the target against itself
+  const specDraft = draftMax ? draftMax : null; // null: the server's
   const messages = withSystem([{ role: "user", content: prompt }]);
   const spec = lane("lane-spec");
   const plain = lane("lane-plain");
@@ -339,7 +389,7 @@ async function race() {
   setBusy(controller);
   try {
     $("race-status").textContent = `1 of 2: with speculation (seed ${seed})…`;
-    const a = await record(requestBody(messages, { seed }), spec, controller.signal);
+    const a = await record(requestBody(messages, { seed, draftMax: specDraft }), spec, controller.signal);
     $("race-status").textContent = `2 of 2: target only (seed ${seed})…`;
     const b = await record(requestBody(messages, { seed, draftMax: 0 }), plain, controller.signal);
     state.race = { spec: a, plain: b, seed };
@@ -350,6 +400,7 @@ async function race() {
     return;
   } finally {
     setBusy(null);
+    refocus("race-prompt");
   }
   replay();
 }
@@ -367,6 +418,7 @@ function laneData(where, run) {
 function replay() {
   const r = state.race;
   if (!r || state.controller) return;
+  clearTimeout(state.replayTimer);
   const runs = [[lane("lane-spec"), r.spec], [lane("lane-plain"), r.plain]];
   const shown = runs.map(() => ({ next: 0, tokens: 0 }));
   for (const [where] of runs) where.clear();
@@ -393,8 +445,12 @@ function replay() {
         laneData(where, run);
       }
     });
-    if (running) state.replayTimer = setTimeout(frame, 30);
-    else verdict(r);
+    if (running) {
+      state.replayTimer = setTimeout(frame, 30);
+    } else {
+      state.replayTimer = null;
+      verdict(r);
+    }
   };
   frame();
 }
@@ -408,11 +464,12 @@ function verdict(r) {
     : `${(1 / ratio).toFixed(2)}x later with speculation`;
   const decode = (run) => (run.timings ? `${run.timings.predicted_per_second.toFixed(1)} tok/s decoding` : "");
   v.textContent = `${(r.spec.ms / 1000).toFixed(2)} s against ${(r.plain.ms / 1000).toFixed(2)} s: ${faster} `
-    + `(${decode(r.spec)} against ${decode(r.plain)}). `
+    + `(${decode(r.spec)} against ${decode(r.plain)}; prompt time not counted). `
     + (same ? "The two texts are the same."
-      : "The two texts differ: above temperature 0 each is one draw from the target's distribution.");
+      : "The two texts differ: above temperature 0 each is one draw from the target's distribution "
+        + "(at temperature 0 they are the same).");
   $("race-status").textContent = "";
-  $("race-replay").disabled = false;
+  $("race-replay").disabled = state.controller !== null;
 }
 
 // ---------------------------------------------------------------- key, theme, tabs
@@ -426,7 +483,7 @@ function askForKey(message) {
 
 async function loadModel() {
   try {
-    const res = await call("/v1/models");
+    const res = await call(MODELS);
     const m = (await res.json()).data[0];
     const base = (p) => (p ? String(p).split(/[\\/]/).pop() : "none");
     const info = $("model-info");
@@ -456,9 +513,12 @@ function selectTab(name) {
   }
 }
 
+// Enter sends where there is a Shift key for new lines; a touch screen's Enter makes a new line
+const ENTER_SENDS = !window.matchMedia("(pointer: coarse)").matches;
+
 function enterSends(textarea, action) {
   textarea.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+    if (ENTER_SENDS && e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
       action();
     }
@@ -480,6 +540,8 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const where of [$("messages"), $("lane-spec"), $("lane-plain")]) {
     where.addEventListener("mouseover", showPass);
   }
+  lane("lane-spec");
+  lane("lane-plain"); // their texts take the keyboard too
   $("tab-chat").addEventListener("click", () => selectTab("chat"));
   $("tab-race").addEventListener("click", () => selectTab("race"));
   document.querySelector(".tabs").addEventListener("keydown", (e) => {
