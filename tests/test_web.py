@@ -211,8 +211,8 @@ def _rgb(driver, css: str, prop: str = "background-color") -> tuple[int, ...]:
 # -- the files -----------------------------------------------------------------
 
 def test_the_page_is_served_without_a_key_and_needs_nothing_from_outside(keyed_server):
-    for name, kind in (("", "text/html"), ("app.js", "javascript"), ("style.css", "text/css"),
-                       ("favicon.svg", "image/svg+xml")):
+    for name, kind in (("", "text/html"), ("web/app.js", "javascript"), ("web/style.css", "text/css"),
+                       ("web/favicon.svg", "image/svg+xml")):
         r = httpx.get(f"{keyed_server.url}/{name}", timeout=30)
         assert r.status_code == 200 and kind in r.headers["content-type"], name
         outside = [u for u in re.findall(r"https?://[^\s\"')]+", r.text) if u != "http://www.w3.org/2000/svg"]
@@ -231,8 +231,9 @@ def test_the_page_loads_nothing_from_another_origin(driver, keyed_server):
 def test_no_webui_serves_the_api_only(tiny_pair, tmp_path):
     proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-t", "1", "--no-webui"], tmp_path)
     try:
-        r = httpx.get(proc.url + "/", timeout=30)
-        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        for path in ("/", "/web/app.js"):
+            r = httpx.get(proc.url + path, timeout=30)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
         assert httpx.get(proc.url + "/health", timeout=30).json() == {"status": "ok"}
     finally:
         proc.stop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -21,11 +22,12 @@ from functools import partial
 from typing import Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.staticfiles import StaticFiles
 
 from ..api import SpeculativeLlama, collect_chat, collect_completion
 from ..options import check_prompt_tokens
@@ -39,6 +41,7 @@ from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SE
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+WEB_PREFIX = "/web"  # the page's CSS, JavaScript and icon (the page itself is /)
 SSE_SEPARATOR = "\n"  # "data: {...}\n\n", as OpenAI sends them
 
 
@@ -184,10 +187,14 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
         text = await asyncio.to_thread(llm.detokenize, tokens)
         return {"content": text.decode("utf-8", errors="replace")}
 
-    if settings.static_dir:  # the web page, when there is one: open, after the API routes
-        from starlette.staticfiles import StaticFiles
+    if settings.static_dir:  # the web page, when there is one: open (no key), its files under /web/
+        index = os.path.join(settings.static_dir, "index.html")
 
-        app.mount("/", StaticFiles(directory=settings.static_dir, html=True), name="web")
+        @app.get("/", include_in_schema=False)
+        async def page() -> FileResponse:
+            return FileResponse(index)
+
+        app.mount(WEB_PREFIX, StaticFiles(directory=settings.static_dir), name="web")
     return app
 
 
