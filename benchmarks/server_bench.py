@@ -22,12 +22,14 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import free_port, log  # noqa: E402
 
 import httpx
 
@@ -40,16 +42,6 @@ PROMPTS = [
 CTX = 2048
 SEED = 1
 OFF = {"speculative": {"n_max": 0}}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -138,6 +138,13 @@ class SpeculativeLlama:
             :mod:`specllama.options`).
         last_n_tokens_size: tokens the penalties look back on (llama-cpp-python's
             name; a call's ``repeat_last_n`` overrides it; 0: off, -1: the context).
+        rpc_servers: llama.cpp RPC servers for the target, ``"HOST:PORT,..."``
+            or a list (llama-cpp-python's former parameter; llama.cpp's
+            ``--rpc``); ``n_gpu_layers`` of its layers go to them. Needs a
+            llama-cpp-python built with ``CMAKE_ARGS="-DGGML_RPC=on"``.
+        rpc_servers_draft: RPC servers for the draft (None: it stays local).
+        tensor_split: the target's share of offloaded layers per device, RPC
+            servers first (llama.cpp's ``--tensor-split``).
 
     One instance runs one generation at a time: a call from a second thread
     waits for the first; a stream abandoned by a thread is closed by that
@@ -163,6 +170,9 @@ class SpeculativeLlama:
         chat_format: str | None = None,
         policy: str = POLICY,
         last_n_tokens_size: int = DEFAULT_PENALTY_LAST_N,
+        rpc_servers: str | Sequence[str] | None = None,
+        rpc_servers_draft: str | Sequence[str] | None = None,
+        tensor_split: Sequence[float] | None = None,
     ) -> None:
         # the options are checked before anything is loaded
         check_policy(policy)
@@ -171,7 +181,9 @@ class SpeculativeLlama:
         seed = check_seed(seed, policy)
         self.policy = policy
         self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                  n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose)
+                                  n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
+                                  rpc_servers=rpc_servers, rpc_servers_draft=rpc_servers_draft,
+                                  tensor_split=tensor_split)
         self._target = self.engine.target
         self.model_path = self._target.path
         self.draft_max = draft_max

@@ -10,16 +10,18 @@ import functools
 import json
 import signal
 import sys
+import warnings
 
 import click
 
-from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
+from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, DEFAULT_RPC_HOST, DEFAULT_RPC_PORT
 from .colors import COLOR_MODES, color_enabled, legend, styled
 from .demo import DEMO_CHAT
-from .errors import SpecLlamaError
+from .errors import SpecLlamaError, SpecLlamaWarning
 from .generate import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS, stream_generate
 from .opener import open_engine
-from .options import DEFAULT_RULE, RULES, check_draft, generation_kwargs, sampling_params
+from .options import (DEFAULT_RULE, RULES, check_draft, check_rpc_servers, check_tensor_split, generation_kwargs,
+                      sampling_params)
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -52,7 +54,36 @@ def load_options(f):
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft",
                      type=click.IntRange(min=-1), default=None, help="Draft layers to offload (default: as -ngl)."),
         click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads."),
+        click.option("--rpc", "rpc", metavar="HOST:PORT[,...]", default=None, callback=_checked(check_rpc_servers),
+                     help="llama.cpp RPC servers (`specllama rpc-server` on each) for the target's -ngl layers. "
+                          "Needs llama-cpp-python built with CMAKE_ARGS=\"-DGGML_RPC=on\"."),
+        click.option("--rpc-draft", "rpc_draft", metavar="HOST:PORT[,...]", default=None,
+                     callback=_checked(check_rpc_servers),
+                     help="RPC servers for the draft's -ngld layers (default: the draft stays local)."),
+        click.option("-ts", "--tensor-split", "tensor_split", metavar="N0,N1,...", default=None,
+                     callback=_checked(check_tensor_split),
+                     help="The target's share of offloaded layers per device, RPC servers first, then GPUs "
+                          "(e.g. 3,1)."),
     ])
+
+
+def _checked(check):
+    """A click callback running one of options.py's checks under the flag's own name."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        try:
+            return check(value, param.opts[-1])
+        except SpecLlamaError as e:
+            raise click.BadParameter(str(e).removeprefix(f"{param.opts[-1]}: ")) from None
+
+    return callback
+
+
+def rpc_kwargs(o: dict) -> dict:
+    """The RPC flags as open_engine's (and SpeculativeLlama's) keyword arguments;
+    they are taken out of ``o``."""
+    return {"rpc_servers": o.pop("rpc"), "rpc_servers_draft": o.pop("rpc_draft"),
+            "tensor_split": o.pop("tensor_split")}
 
 
 def filter_options(f):
@@ -133,11 +164,22 @@ def boundary(f):
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
-            return f(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", SpecLlamaWarning)
+                warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+                return f(*args, **kwargs)
         except SpecLlamaError as e:
             raise click.ClickException(str(e)) from None
 
     return wrapper
+
+
+def _show_warning(show, message, category, filename, lineno, file=None, line=None) -> None:
+    """specllama's own warnings as one line; others as Python shows them (``show``)."""
+    if issubclass(category, SpecLlamaWarning):
+        click.echo(f"Warning: {message}", err=True)
+    else:
+        show(message, category, filename, lineno, file, line)
 
 
 class OneLineErrors(click.Group):
@@ -182,7 +224,8 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
     _check_sampling(o)
     color = not as_json and color_enabled(o["color"], sys.stdout)
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
-                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads,
+                     **rpc_kwargs(o)) as engine:
         kwargs = _kwargs(engine, o, n_predict, stop)
         if color:
             click.echo(legend(), err=True, color=True)
@@ -234,7 +277,7 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
         raise click.ClickException(str(e)) from None
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
                      n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads,
-                     default_pair=DEMO_CHAT) as engine:
+                     default_pair=DEMO_CHAT, **rpc_kwargs(o)) as engine:
         kwargs = _kwargs(engine, o, n_predict)
         template = template_for(engine.target, chat_format)
         session = ChatSession(engine, template, system_prompt, params=kwargs["params"], draft_max=kwargs["draft_max"],
@@ -307,7 +350,7 @@ def _word_list(choices):
 @boundary
 def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, top_k, top_p, min_p, seed,
           draft_maxes, temperatures, n_predict, repeat, prompts_file, only, quick, scenario, rules, baseline, as_json,
-          plot_path) -> None:
+          plot_path, **o) -> None:
     """Measure speculative against target-only decoding on this machine."""
     from . import bench as b
 
@@ -324,7 +367,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     n_tokens = n_predict or (b.QUICK_TOKENS if quick else b.DEFAULT_BENCH_TOKENS)
     base = sampling_params(temperature=0.0, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
-                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads) as engine:
+                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads, **rpc_kwargs(o)) as engine:
         rules = rules or [DEFAULT_RULE]
         total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat, len(rules), baseline)
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
@@ -369,6 +412,31 @@ def pull(name) -> None:
                                                                   err=True))
     click.echo(f"target: {target}\ndraft:  {draft}")
     click.echo(f"use: specllama generate --pair {name} -p \"...\"")
+
+
+@main.command("rpc-server")
+@click.option("-H", "--host", default=DEFAULT_RPC_HOST, show_default=True,
+              help="IPv4 address to listen on. Anything but 127.0.0.1 lets other machines in: never on an open "
+                   "network (the server is not secure).")
+@click.option("-p", "--port", type=click.IntRange(1, 65535), default=DEFAULT_RPC_PORT, show_default=True,
+              help="Port.")
+@click.option("-c", "--cache", is_flag=True,
+              help="Keep the tensors clients send in a local cache ($LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc), "
+                   "so a model loads faster the next time.")
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("-d", "--device", "devices", default=None, metavar="DEV1,DEV2",
+              help="Devices to serve (e.g. CUDA0; default: every GPU, else the CPU).")
+@boundary
+def rpc_server(host, port, cache, threads, devices) -> None:
+    """Serve this machine's devices to llama.cpp RPC clients (--rpc HOST:PORT elsewhere).
+
+    llama.cpp's ggml RPC server, in this process: a remote host needs only
+    the same llama-cpp-python build (with RPC). Stop with Ctrl-C or SIGTERM.
+    """
+    from .rpc_server import run
+
+    run(host=host, port=port, n_threads=threads, cache=cache,
+        devices=[d for d in (devices or "").split(",") if d.strip()], echo=click.echo)
 
 
 from .verify_command import verify  # noqa: E402

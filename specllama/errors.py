@@ -4,3 +4,8 @@
 class SpecLlamaError(ValueError):
     """Bad input (a file, a flag, a prompt): the message names the bad value and
     what would be accepted, in one line, fit to show a user as it is."""
+
+
+class SpecLlamaWarning(UserWarning):
+    """A setting that works but probably not as meant (``--rpc`` with
+    ``-ngl 0``, ...); the CLI shows it as one ``Warning: ...`` line."""

@@ -6,13 +6,15 @@ Whatever fails, what was opened is closed again."""
 from __future__ import annotations
 
 import os
+import warnings
 
-from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, is_llama
+from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, add_rpc_servers, is_llama
 from .cost_cache import cost_key, load
 from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
-from .errors import SpecLlamaError
+from .errors import SpecLlamaError, SpecLlamaWarning
+from .options import check_rpc_servers, check_tensor_split
 from .pairs import get_pair, resolve_model
 
 
@@ -49,11 +51,31 @@ def _resolve(source: object, role: str) -> object:
     raise SpecLlamaError(f"{role} must be {accepted}, got {source!r}")
 
 
-def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool) -> LlamaModel:
+def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool,
+          rpc_servers: tuple[str, ...] = (), tensor_split: tuple[float, ...] | None = None) -> LlamaModel:
     if is_llama(source):
         return LlamaModel.from_llama(source)  # type: ignore[arg-type]
     return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,  # type: ignore[arg-type]
-                      verbose=verbose)
+                      verbose=verbose, rpc_servers=rpc_servers, tensor_split=tensor_split)
+
+
+def _check_rpc(target_src: object, draft_src: object, target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],
+               n_gpu_layers: int, ngld: int, use_draft: bool) -> None:
+    """RPC options that cannot apply are errors; those that would do nothing, warnings."""
+    if target_rpc and is_llama(target_src):
+        raise SpecLlamaError("rpc_servers (--rpc) applies to a target opened from a file; this llama_cpp.Llama "
+                             "is loaded already (create it after registering the servers, or pass its path)")
+    loads_draft = use_draft and draft_src is not None and draft_src != PROMPT_LOOKUP
+    if draft_rpc and loads_draft and is_llama(draft_src):
+        raise SpecLlamaError("rpc_servers_draft (--rpc-draft) applies to a draft opened from a file; this "
+                             "llama_cpp.Llama is loaded already")
+    if target_rpc and n_gpu_layers == 0:
+        warnings.warn(f"the target's layers all stay local: rpc_servers (--rpc {','.join(target_rpc)}) with "
+                      "n_gpu_layers 0; offload them with -ngl 99 (n_gpu_layers=-1: all)", SpecLlamaWarning,
+                      stacklevel=3)
+    if draft_rpc and loads_draft and ngld == 0:
+        warnings.warn(f"the draft's layers all stay local: rpc_servers_draft (--rpc-draft {','.join(draft_rpc)}) "
+                      "with n_gpu_layers_draft 0; offload them with -ngld 99", SpecLlamaWarning, stacklevel=3)
 
 
 def open_engine(
@@ -69,6 +91,9 @@ def open_engine(
     verbose: bool = False,
     default_pair: str = DEMO,
     warm_up: bool = True,
+    rpc_servers: object = None,
+    rpc_servers_draft: object = None,
+    tensor_split: object = None,
 ) -> SpeculativeEngine:
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
@@ -90,15 +115,31 @@ def open_engine(
         warm_up: run the first, slow passes now and start the draft-length
             policy from measured costs (saved ones where this pair was
             measured before, see :mod:`specllama.cost_cache`).
+        rpc_servers: llama.cpp RPC servers for the target, ``"HOST:PORT,..."``
+            or a list (llama.cpp's ``--rpc``): ``n_gpu_layers`` of its layers go
+            to them (then to local GPUs). Each is checked (connect and
+            handshake, with a timeout) before anything loads.
+        rpc_servers_draft: RPC servers for the draft (None: the draft stays on
+            local devices).
+        tensor_split: the target's share of offloaded layers per device, in
+            device order, RPC servers first (llama.cpp's ``--tensor-split``).
 
     Raises:
         SpecLlamaError: a missing or unreadable file, an unknown pair, a
-            vocabulary mismatch; nothing stays open then.
+            vocabulary mismatch, an RPC server that does not answer (or a
+            build without RPC); nothing stays open then.
     """
+    target_rpc = check_rpc_servers(rpc_servers, "rpc_servers")
+    draft_rpc = check_rpc_servers(rpc_servers_draft, "rpc_servers_draft")
+    split = check_tensor_split(tensor_split)
     target_src, draft_src = resolve_paths(model, draft, pair, default_pair=default_pair)
-    target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose)
-    draft_model = None
     ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
+    _check_rpc(target_src, draft_src, target_rpc, draft_rpc, n_gpu_layers, ngld, use_draft)
+    # every server answers, and its devices are registered, before the target loads
+    add_rpc_servers(tuple(dict.fromkeys(target_rpc + draft_rpc)))
+    target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose,
+                   rpc_servers=target_rpc, tensor_split=split)
+    draft_model = None
     try:
         if not use_draft or draft_src is None:
             engine = SpeculativeEngine(target, None)
@@ -106,12 +147,12 @@ def open_engine(
             engine = SpeculativeEngine(target, PROMPT_LOOKUP)
         else:
             draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads,
-                                verbose=verbose)
+                                verbose=verbose, rpc_servers=draft_rpc)
             engine = SpeculativeEngine(target, draft_model)
         if engine.drafter is not None:
             engine.cost_key = cost_key(target.path, draft_model.path if draft_model else PROMPT_LOOKUP,
                                        n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=ngld, n_threads=n_threads,
-                                       n_ctx=target.n_ctx)
+                                       n_ctx=target.n_ctx, **_rpc_settings(target_rpc, draft_rpc, split))
             saved = load(engine.cost_key)
             if saved:
                 engine.policy.seed(saved)
@@ -123,3 +164,16 @@ def open_engine(
             draft_model.close()
         target.close()
         raise
+
+
+def _rpc_settings(target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],
+                  split: tuple[float, ...] | None) -> dict[str, object]:
+    """What RPC changes in the saved costs' key (nothing without it: local keys stay as they were)."""
+    settings: dict[str, object] = {}
+    if target_rpc:
+        settings["rpc"] = ",".join(target_rpc)
+    if draft_rpc:
+        settings["rpc_draft"] = ",".join(draft_rpc)
+    if split is not None:
+        settings["tensor_split"] = ",".join(f"{v:g}" for v in split)
+    return settings

@@ -85,6 +85,72 @@ def check_draft(draft_max: object, draft_min: object = 0) -> tuple[int, int]:
     return int(draft_max), int(draft_min)  # type: ignore[arg-type]
 
 
+MAX_RPC_SERVERS = 16  # llama.cpp's GGML_RPC_MAX_SERVERS
+MAX_DEVICES = 16  # llama.cpp's LLAMA_MAX_DEVICES: the length of a tensor split
+
+
+def check_rpc_servers(value: object, name: str = "rpc_servers") -> tuple[str, ...]:
+    """llama.cpp's RPC servers: None, ``"HOST:PORT[,HOST:PORT...]"`` (the
+    ``--rpc`` flag's form) or a list of such strings; returns the endpoints,
+    each ``host:port``, in order. ``name``: the option as the caller knows it."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        parts = value.split(",")
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        parts = [p for v in value for p in v.split(",")]
+    else:
+        raise SpecLlamaError(f"{name} must be a string HOST:PORT[,HOST:PORT...] or a list of them, got {value!r}")
+    endpoints: list[str] = []
+    for part in parts:
+        host, sep, port = part.strip().partition(":")
+        # llama.cpp splits an endpoint at its first ':' and resolves IPv4 names only
+        ok = bool(sep) and bool(host) and not any(c.isspace() for c in host) and port.isdigit()
+        if not ok or not 1 <= int(port) <= 65535:
+            raise SpecLlamaError(f"{name}: {part.strip()!r} is not HOST:PORT (an IPv4 address or host name, a port "
+                                 f"in 1..65535, e.g. 127.0.0.1:50052; several: comma-separated)")
+        endpoint = f"{host}:{int(port)}"
+        if endpoint in endpoints:
+            raise SpecLlamaError(f"{name}: {endpoint} is named twice")
+        endpoints.append(endpoint)
+    if len(endpoints) > MAX_RPC_SERVERS:
+        raise SpecLlamaError(f"{name}: {len(endpoints)} servers; llama.cpp takes at most {MAX_RPC_SERVERS}")
+    return tuple(endpoints)
+
+
+def check_tensor_split(value: object, name: str = "tensor_split") -> tuple[float, ...] | None:
+    """llama.cpp's tensor split: None, ``"N0,N1,..."`` (``,`` or ``/``
+    between them, the ``--tensor-split`` flag's form) or a list of numbers:
+    the share of the target's layers for each of its devices, in order
+    (RPC servers first, then local GPUs; all 0: by free memory, llama.cpp's
+    default). Returns the shares, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items: list[object] = []
+        for part in value.replace("/", ",").split(","):
+            try:
+                items.append(float(part))
+            except ValueError:
+                items.append(part)
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise SpecLlamaError(f"{name} must be a list of numbers or a string like '3,1', got {value!r}")
+    def ok(v: object) -> bool:
+        return _is_number(v) and math.isfinite(float(v)) and float(v) >= 0  # type: ignore[arg-type]
+
+    bad = next((v for v in items if not ok(v)), None)
+    if bad is not None or not items:
+        shown = bad if bad is not None else value
+        raise SpecLlamaError(f"{name}: {shown!r} is not a share >= 0 (e.g. '3,1': three quarters of the layers on "
+                             "the first device)")
+    shares = tuple(float(v) for v in items)  # type: ignore[arg-type]
+    if len(shares) > MAX_DEVICES:
+        raise SpecLlamaError(f"{name}: {len(shares)} shares; llama.cpp takes at most {MAX_DEVICES} devices")
+    return shares
+
+
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
 
 

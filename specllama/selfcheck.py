@@ -519,7 +519,7 @@ def _replay(s: Mapping, env: Mapping) -> str:
     if draft is not None:
         args += ["-md", draft if isinstance(draft, str) else str(draft["path"])]
     for flag, key in (("-c", "ctx_size"), ("-ngl", "n_gpu_layers"), ("-ngld", "n_gpu_layers_draft"),
-                      ("-t", "threads")):
+                      ("-t", "threads"), ("--rpc", "rpc"), ("--rpc-draft", "rpc_draft"), ("-ts", "tensor_split")):
         if s.get(key) is not None:
             args += [flag, str(s[key])]
     args += ["-N", str(s["samples"]), "-s", str(s["seed"]), "--temp", str(s["temperature"]),
@@ -607,7 +607,9 @@ def format_report(result: VerifyResult) -> str:
         f"llama.cpp    GPU offload {'yes' if env['llama_cpp_build']['gpu_offload'] else 'no'}; "
         f"{env['llama_cpp_build']['system_info']}",
         f"load         context {s.get('ctx_size', target['n_ctx'])}, GPU layers {s.get('n_gpu_layers', '?')} "
-        f"(draft: {'as the target' if ngld is None else ngld}), threads {s.get('threads') or 'default'}",
+        f"(draft: {'as the target' if ngld is None else ngld}), threads {s.get('threads') or 'default'}"
+        + "".join(f", {name} {s[key]}" for key, name in (("rpc", "RPC servers"), ("rpc_draft", "draft RPC servers"),
+                                                         ("tensor_split", "tensor split")) if s.get(key)),
         f"sampling     temperature {s['temperature']:g}, top-k {s['top_k']}, top-p {s['top_p']:g}, "
         f"min-p {s['min_p']:g}; penalties {', '.join(penalties) if penalties else 'off'}",
         "speculation  " + (f"draft length {s['draft_max']} on every pass (fixed), rule {s['rule']}" if s["draft_max"]

@@ -15,7 +15,7 @@ import click
 
 
 def _build() -> click.Command:
-    from .cli import boundary, filter_options, load_options, penalty_options
+    from .cli import boundary, filter_options, load_options, penalty_options, rpc_kwargs
     from .options import DEFAULT_RULE, RULES
     from .sampling import DEFAULT_TEMPERATURE
     from .selfcheck import DEFAULT_DRAFT_MAX, DEFAULT_PROMPT, DEFAULT_SAMPLES
@@ -51,16 +51,21 @@ def _build() -> click.Command:
         from .options import generation_kwargs
         from .selfcheck import format_report, run_verify
 
+        rpc = rpc_kwargs(o)
         # the sampling and penalty flags are checked before any model loads
         kwargs = generation_kwargs(policy="cli", n_vocab=1 << 30, draft_max=draft_max, adaptive=False, rule=rule,
                                    **o)
         with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size,
                          n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-                         n_threads=threads) as engine:
+                         n_threads=threads, **rpc) as engine:
             kwargs = generation_kwargs(policy="cli", n_vocab=engine.target.n_vocab, n_ctx=engine.target.n_ctx,
                                        draft_max=draft_max, adaptive=False, rule=rule, **o)
             settings = {"ctx_size": ctx_size, "n_gpu_layers": n_gpu_layers, "n_gpu_layers_draft": n_gpu_layers_draft,
                         "threads": threads or default_threads()}
+            for key, value in (("rpc", ",".join(rpc["rpc_servers"])), ("rpc_draft", ",".join(rpc["rpc_servers_draft"])),
+                               ("tensor_split", ",".join(f"{v:g}" for v in rpc["tensor_split"] or ()))):
+                if value:
+                    settings[key] = value  # recorded only when given: local reports stay as they were
             settings.update({k: o[k] for k in ("repeat_penalty", "repeat_last_n", "presence_penalty",
                                                "frequency_penalty")})
             # the bar shows from the first sample on: an error found before sampling is alone on stderr

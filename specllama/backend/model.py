@@ -20,6 +20,7 @@ import llama_cpp
 
 from ..errors import SpecLlamaError
 from ..vocab import VocabInfo
+from . import rpc
 from .files import check_gguf_file
 from .log import quiet_stderr
 
@@ -59,6 +60,12 @@ class LlamaModel:
         n_threads: CPU threads (None: llama-cpp-python's default).
         n_batch: the most tokens one llama.cpp decode call takes.
         verbose: let llama.cpp print its load log to stderr.
+        rpc_servers: llama.cpp RPC servers (``host:port``) whose devices take
+            offloaded layers, before the local GPUs; once any server is
+            registered in this process, a model without servers of its own
+            stays on local devices.
+        tensor_split: each device's share of the offloaded layers, in device
+            order (RPC servers first).
     """
 
     def __init__(
@@ -70,8 +77,12 @@ class LlamaModel:
         n_threads: int | None = None,
         n_batch: int = DEFAULT_N_BATCH,
         verbose: bool = False,
+        rpc_servers: Sequence[str] = (),
+        tensor_split: Sequence[float] | None = None,
     ) -> None:
         self.path = check_gguf_file(path)
+        self.rpc_servers: tuple[str, ...] = tuple(rpc_servers)
+        self._holds_rpc = False
         if n_ctx < 1:
             raise SpecLlamaError(f"context size must be >= 1 token, got {n_ctx}")
         if n_ctx > MAX_N_CTX:
@@ -82,8 +93,19 @@ class LlamaModel:
         if n_threads is None:
             n_threads = default_threads()
         self._requested_n_ctx = n_ctx
+        rpc.add_servers(self.rpc_servers)
+        offload = rpc.offload_devices(self.rpc_servers)
+        #: the devices offloaded layers may go to, by name (None: llama.cpp's default choice)
+        self.devices: list[str] | None = offload[1] if offload else None
+        if tensor_split is not None:
+            n_devices = len(offload[0]) if offload else len(rpc.local_offload_devices())
+            if len(tensor_split) > n_devices:
+                on = f": {', '.join(self.devices)}" if self.devices else " (no GPU, no RPC server)"
+                shares = f"{len(tensor_split)} share{'' if len(tensor_split) == 1 else 's'}"
+                raise SpecLlamaError(f"tensor split gives {shares}, but {self.path!r} has "
+                                     f"{n_devices} device{'' if n_devices == 1 else 's'} to split over{on}")
         try:
-            with quiet_stderr(not verbose):
+            with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None):
                 self.llama = llama_cpp.Llama(
                     model_path=self.path,
                     n_ctx=n_ctx,
@@ -96,6 +118,7 @@ class LlamaModel:
                     # A full-size sliding-window cache, so rewinding after a
                     # rejection never needs a cell the window already dropped.
                     swa_full=True,
+                    tensor_split=list(tensor_split) if tensor_split is not None else None,
                     verbose=verbose,
                 )
         except (ValueError, RuntimeError, MemoryError) as e:
@@ -105,6 +128,8 @@ class LlamaModel:
                         "try a smaller -c/--ctx-size)")
             reason = str(e) or type(e).__name__
             raise SpecLlamaError(f"llama.cpp could not load {self.path!r}: {reason}{hint}") from None
+        rpc.hold(self.rpc_servers)
+        self._holds_rpc = True
         self._attach(owns_llama=True)
 
     @classmethod
@@ -119,6 +144,7 @@ class LlamaModel:
             raise TypeError(f"expected a llama_cpp.Llama, got {llama!r}")
         self = cls.__new__(cls)
         self.path = llama.model_path
+        self.rpc_servers, self._holds_rpc, self.devices = (), False, None
         self.llama = llama
         n_swa = int(llama_cpp.llama_model_n_swa(llama.model))
         if n_swa > 0 and not llama.context_params.swa_full:
@@ -337,6 +363,9 @@ class LlamaModel:
         if self._owns_llama:
             with contextlib.suppress(Exception):
                 self.llama.close()
+        if self._holds_rpc:
+            self._holds_rpc = False
+            rpc.release(self.rpc_servers)
 
     def __enter__(self) -> "LlamaModel":
         return self

@@ -80,7 +80,8 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
         adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, policy="openai",
-        last_n_tokens_size=o["repeat_last_n"]), max_queue=max_queue)
+        last_n_tokens_size=o["repeat_last_n"], rpc_servers=o["rpc"], rpc_servers_draft=o["rpc_draft"],
+        tensor_split=o["tensor_split"]), max_queue=max_queue)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
