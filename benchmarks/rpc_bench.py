@@ -100,7 +100,7 @@ def main() -> None:
         }
         rows_n = [1, 5, 9]
         costs = {}
-        for setting in SETTINGS:  # interleaved: a pass each, in turn
+        for setting in SETTINGS:  # pass costs: each setting timed in turn (the runs below interleave)
             costs[setting] = pass_costs(engines[setting].target, rows_n, args.passes)
         draft_step = pass_costs(engines["local"].draft, [1], args.passes)[1]
         runs: dict[tuple, list[dict]] = {}

@@ -60,8 +60,9 @@ def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | Non
 
 
 def _check_rpc(target_src: object, draft_src: object, target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],
-               n_gpu_layers: int, ngld: int, use_draft: bool) -> None:
-    """RPC options that cannot apply are errors; those that would do nothing, warnings."""
+               n_gpu_layers: int, ngld: int, use_draft: bool) -> tuple[str, ...]:
+    """RPC options that cannot apply are errors; those that would do nothing, warnings.
+    Returns the draft's servers, if a draft model loads (else none: they are not contacted)."""
     if target_rpc and is_llama(target_src):
         raise SpecLlamaError("rpc_servers (--rpc) applies to a target opened from a file; this llama_cpp.Llama "
                              "is loaded already (create it after registering the servers, or pass its path)")
@@ -76,6 +77,11 @@ def _check_rpc(target_src: object, draft_src: object, target_rpc: tuple[str, ...
     if draft_rpc and loads_draft and ngld == 0:
         warnings.warn(f"the draft's layers all stay local: rpc_servers_draft (--rpc-draft {','.join(draft_rpc)}) "
                       "with n_gpu_layers_draft 0; offload them with -ngld 99", SpecLlamaWarning, stacklevel=3)
+    if draft_rpc and not loads_draft:
+        warnings.warn(f"no draft model loads (no draft, prompt lookup or --draft-max 0), so rpc_servers_draft "
+                      f"(--rpc-draft {','.join(draft_rpc)}) is not used", SpecLlamaWarning, stacklevel=3)
+        return ()
+    return draft_rpc
 
 
 def open_engine(
@@ -134,7 +140,7 @@ def open_engine(
     split = check_tensor_split(tensor_split)
     target_src, draft_src = resolve_paths(model, draft, pair, default_pair=default_pair)
     ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
-    _check_rpc(target_src, draft_src, target_rpc, draft_rpc, n_gpu_layers, ngld, use_draft)
+    draft_rpc = _check_rpc(target_src, draft_src, target_rpc, draft_rpc, n_gpu_layers, ngld, use_draft)
     # every server answers, and its devices are registered, before the target loads
     add_rpc_servers(tuple(dict.fromkeys(target_rpc + draft_rpc)))
     target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose,

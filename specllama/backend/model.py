@@ -105,7 +105,8 @@ class LlamaModel:
                 raise SpecLlamaError(f"tensor split gives {shares}, but {self.path!r} has "
                                      f"{n_devices} device{'' if n_devices == 1 else 's'} to split over{on}")
         try:
-            with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None):
+            with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None) as devices_array:
+                self._devices_array = devices_array  # the loaded model's params point into it
                 self.llama = llama_cpp.Llama(
                     model_path=self.path,
                     n_ctx=n_ctx,

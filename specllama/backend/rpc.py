@@ -208,7 +208,8 @@ def add_servers(endpoints: Sequence[str], *, timeout: float = CONNECT_TIMEOUT, o
 
     Raises:
         SpecLlamaError: this build has no RPC backend, or a server does not
-            answer; nothing is registered then.
+            answer (every server is checked before any is registered), or a
+            server offers no devices (those before it stay registered).
     """
     if not endpoints:
         return
@@ -307,22 +308,31 @@ def _make_local_the_default() -> None:
         _local_only = _devices_array(local_offload_devices())
         module = llama_cpp.llama_cpp
         _original_default_params = module.llama_model_default_params
-        module.llama_model_default_params = _default_params
+        module.llama_model_default_params = _default_params  # what llama_cpp.Llama calls
+        if getattr(llama_cpp, "llama_model_default_params", None) is _original_default_params:
+            llama_cpp.llama_model_default_params = _default_params  # the package's re-export too
 
 
 @contextlib.contextmanager
-def model_devices(devices: Sequence[int] | None) -> Iterator[None]:
+def model_devices(devices: Sequence[int] | None) -> Iterator[object]:
     """Within this block, a ``llama_cpp.Llama`` created by this thread loads
     its model with ``devices``; None: the process's default (llama.cpp's own
-    choice, or local devices only once a server is registered)."""
+    choice, or local devices only once a server is registered).
+
+    Yields:
+        the device array (None for the default): ``llama_model_params.devices``
+        points into it, so the model keeps it as long as it lives.
+    """
     if devices is None:
-        yield
+        yield None
         return
-    _chosen.devices = _devices_array(devices)
+    previous = getattr(_chosen, "devices", None)
+    array = _devices_array(devices)
+    _chosen.devices = array
     try:
-        yield
+        yield array
     finally:
-        _chosen.devices = None
+        _chosen.devices = previous
 
 
 def hold(endpoints: Sequence[str]) -> None:
