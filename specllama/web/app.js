@@ -92,23 +92,22 @@ async function complete(body, signal, onPass) {
   return out;
 }
 
-function numberField(id, parse) {
+function numberField(id) {
   const raw = $(id).value.trim();
-  if (raw === "") return null;
-  return parse(raw);
+  return raw === "" ? null : Number(raw);
 }
 
 // The request body from the settings (an empty field: the server's default).
 // The server checks every value and answers a bad one with a message naming it.
 function requestBody(messages, { seed, draftMax } = {}) {
   const body = { messages, stream: true, stream_options: { include_usage: true }, origins: true };
-  const temperature = numberField("temperature", Number);
+  const temperature = numberField("temperature");
   if (temperature !== null) body.temperature = temperature;
-  const maxTokens = numberField("max-tokens", Number);
+  const maxTokens = numberField("max-tokens");
   if (maxTokens !== null) body.max_tokens = maxTokens;
-  const s = seed !== undefined ? seed : numberField("seed", Number);
+  const s = seed !== undefined ? seed : numberField("seed");
   if (s !== null) body.seed = s;
-  const n = draftMax !== undefined ? draftMax : numberField("draft-max", Number);
+  const n = draftMax !== undefined ? draftMax : numberField("draft-max");
   if (n !== null) body["speculative.n_max"] = n;
   return body;
 }
@@ -376,9 +375,9 @@ async function race() {
   const prompt = $("race-prompt").value.trim();
   if (state.controller || !prompt) return;
   clearTimeout(state.replayTimer);
-  const seedField = numberField("seed", Number);
+  const seedField = numberField("seed");
   const seed = seedField !== null ? seedField : Math.floor(Math.random() * 2 ** 31);
-  const draftMax = numberField("draft-max", Number); // Draft max 0 would race the target against itself
+  const draftMax = numberField("draft-max"); // Draft max 0 would race the target against itself
   const specDraft = draftMax ? draftMax : null; // null: the server's
   const messages = withSystem([{ role: "user", content: prompt }]);
   const spec = lane("lane-spec");
