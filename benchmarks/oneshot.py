@@ -8,6 +8,10 @@ and each configuration's ratio to `--draft-max 0` in the same run.
     python benchmarks/oneshot.py                    # 128 tokens, the story prompt, 3 repetitions
     python benchmarks/oneshot.py --repeat 5 --json  # more repetitions, JSON out
     SPECLLAMA_COST_CACHE=0 python benchmarks/oneshot.py   # every process starts cold (no saved costs)
+    python benchmarks/oneshot.py --rpc 127.0.0.1:50052    # each configuration also with the target on a
+                                                          # running `specllama rpc-server` (-ngl 99)
+
+Ratios are to `--draft-max 0` in the same setting (local, or through the RPC server).
 """
 
 from __future__ import annotations
@@ -47,10 +51,15 @@ def main() -> None:
     ap.add_argument("--temp", default="0,0.8", help="temperatures, comma-separated")
     ap.add_argument("--only", default=None, help="comma-separated config names (default: all)")
     ap.add_argument("--prompt", default=STORY)
+    ap.add_argument("--rpc", default=None, metavar="HOST:PORT",
+                    help="also run each configuration with the target on this RPC server (-ngl 99)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     temps = [float(t) for t in args.temp.split(",")]
-    configs = {k: v for k, v in CONFIGS.items() if not args.only or k in args.only.split(",")}
+    base_name = next(iter(CONFIGS))  # the ratios' denominator: always run
+    configs = {k: v for k, v in CONFIGS.items() if not args.only or k == base_name or k in args.only.split(",")}
+    if args.rpc:
+        configs.update({f"{k} via RPC": [*v, "--rpc", args.rpc, "-ngl", "99"] for k, v in list(configs.items())})
     names = list(configs)
     results: dict[tuple[float, str], list[dict]] = {}
     for r in range(args.repeat):
@@ -64,8 +73,9 @@ def main() -> None:
                       file=sys.stderr)
     rows = []
     for temp in temps:
-        base = statistics.median(d["tokens_per_second"] for d in results[(temp, names[0])])
         for name in names:
+            base_of = f"{base_name} via RPC" if name.endswith(" via RPC") else base_name
+            base = statistics.median(d["tokens_per_second"] for d in results[(temp, base_of)])
             runs = results[(temp, name)]
             tps = statistics.median(d["tokens_per_second"] for d in runs)
             rows.append({
@@ -77,10 +87,10 @@ def main() -> None:
     if args.json:
         print(json.dumps({"n_tokens": args.n, "repeat": args.repeat, "rows": rows}))
         return
-    print(f"{'temp':>4}  {'configuration':<30} {'tok/s':>6} {'vs -draft-max 0':>15} {'accept':>6} {'mean k':>6} "
+    print(f"{'temp':>4}  {'configuration':<38} {'tok/s':>6} {'vs -draft-max 0':>15} {'accept':>6} {'mean k':>6} "
           f"{'wall s':>6}")
     for row in rows:
-        print(f"{row['temperature']:>4g}  {row['config']:<30} {row['tokens_per_second']:>6.1f} "
+        print(f"{row['temperature']:>4g}  {row['config']:<38} {row['tokens_per_second']:>6.1f} "
               f"{row['vs_target_only']:>14.2f}x {row['acceptance_rate']:>6.0%} {row['mean_draft_length']:>6.1f} "
               f"{row['wall_seconds']:>6.1f}")
     print(f"median of {args.repeat} fresh processes per cell, {args.n} tokens, interleaved")
