@@ -126,13 +126,26 @@ def relative_links(path: Path) -> list[str]:
     return [link for link in links if not re.match(r"[a-z][a-z0-9+.-]*:", link) and not link.startswith("#")]
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub makes of a Markdown file's headings."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_point_to_existing_files(path):
     assert path.exists(), f"{path.relative_to(ROOT)} is missing"
-    broken = [link for link in relative_links(path) if not (path.parent / link.split("#")[0]).exists()]
-    assert not broken, f"{path.relative_to(ROOT)}: links to missing files: {', '.join(broken)}"
+    broken = []
+    for link in relative_links(path):
+        file, _, anchor = link.partition("#")
+        target = path.parent / file
+        if not target.exists() or (anchor and target.suffix == ".md" and anchor not in anchors(target)):
+            broken.append(link)
+    assert not broken, f"{path.relative_to(ROOT)}: links to missing files or headings: {', '.join(broken)}"
 
 
 def test_the_link_check_sees_links():
     assert "docs/web/chat.png" in relative_links(ROOT / "README.md")
+    assert "specllama-serve" in anchors(FLAGS_MD)
     assert any(link.startswith("docs/") for link in relative_links(ROOT / "README.md"))
