@@ -187,7 +187,7 @@ def test_coder_pair_one_tokenizer_fim_and_chat_template(coder_paths):
 def test_coder_pair_greedy_speculative_equals_target_only(coder_paths):
     def gen(*extra: str) -> dict:
         r = CliRunner().invoke(main, ["generate", "--pair", DEMO_CODER, "-n", "16", "--temp", "0", "--json",
-                                      "-c", "512", "-p", "def fib(n):", *extra])
+                                      "-c", "512", "-t", "1", "-p", "def fib(n):", *extra])
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)
 
