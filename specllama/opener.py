@@ -15,26 +15,24 @@ from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError, SpecLlamaWarning
 from .options import check_rpc_servers, check_tensor_split
-from .pairs import get_pair, resolve_model
+from .pairs import ROLES, get_pair, resolve_model
 
 
 def resolve_paths(model: object, draft: object, pair: str | None = None, *,
                   default_pair: str = DEMO) -> tuple[object, object]:
     """What to load for the target and the draft.
 
-    Paths and ``Llama`` objects stay as they are; a curated pair name
-    (models.txt) stands for its cached file; ``pair`` fills in whichever of
-    the two is not given; the built-in pairs are ``demo`` and ``demo-chat``;
-    with nothing given, ``default_pair``.
+    Paths and ``Llama`` objects stay as they are; a pair name stands for its
+    file of that role: a built-in pair's (``demo``, ``demo-chat``,
+    ``demo-coder``: built on first use) or a curated pair's cached file
+    (models.txt); ``pair`` fills in whichever of the two is not given; with
+    nothing given, ``default_pair``.
     """
     if model is None and draft is None:
         pair = pair or default_pair
-    if pair in BUILTIN_PAIRS:
-        built_target, built_draft = BUILTIN_PAIRS[pair]()
-        model = built_target if model is None else model
-        draft = built_draft if draft is None else draft
-    elif pair is not None:
-        get_pair(pair)  # an unknown name is an error here, not a missing file
+    if pair is not None:
+        if pair not in BUILTIN_PAIRS:
+            get_pair(pair)  # an unknown name is an error here, not a missing file
         model = pair if model is None else model
         draft = pair if draft is None else draft
     if model is None:
@@ -45,6 +43,8 @@ def resolve_paths(model: object, draft: object, pair: str | None = None, *,
 def _resolve(source: object, role: str) -> object:
     if source is None or is_llama(source) or (role == "draft" and source == PROMPT_LOOKUP):
         return source
+    if isinstance(source, str) and source in BUILTIN_PAIRS and not os.path.exists(source):
+        return BUILTIN_PAIRS[source]()[ROLES.index(role)]
     if isinstance(source, (str, os.PathLike)):
         return resolve_model(os.fspath(source), role)
     accepted = "a GGUF path, a pair name or a llama_cpp.Llama" + (f" or {PROMPT_LOOKUP!r}" if role == "draft" else "")

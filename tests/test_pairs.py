@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specllama.pairs import curated_pairs, parse_models
+from specllama.pairs import ModelFile, curated_pairs, parse_models
 
 from .hub_server import HubServer
 
@@ -21,13 +21,18 @@ PAIR = "gemma3-4b"
 
 def test_shipped_models_txt():
     pairs = curated_pairs()
-    assert set(pairs) == {"qwen2.5-coder-7b", "llama3.1-8b", "gemma3-4b"}
+    assert set(pairs) == {"qwen2.5-coder-7b", "qwen2.5-coder-14b", "llama3.1-8b", "gemma3-4b"}
     for pair in pairs.values():
         assert (pair.target.role, pair.draft.role) == ("target", "draft")
         for f in (pair.target, pair.draft):
             assert f.filename.endswith(".gguf") and f.repo.count("/") == 1
             assert f.size.endswith("GB") and f.comment  # each says where its name was seen
     assert pairs["qwen2.5-coder-7b"].draft.filename == "qwen2.5-coder-0.5b-q8_0.gguf"
+    assert pairs["qwen2.5-coder-14b"].target == ModelFile(
+        "qwen2.5-coder-14b", "target", "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "qwen2.5-coder-14b-q8_0.gguf", "15.7GB",
+        "llama.cpp common/arg.cpp, --fim-qwen-14b-spec")
+    assert pairs["qwen2.5-coder-14b"].draft.repo == pairs["qwen2.5-coder-7b"].draft.repo
+    assert pairs["qwen2.5-coder-14b"].draft.filename == pairs["qwen2.5-coder-7b"].draft.filename
 
 
 @pytest.mark.parametrize(
@@ -64,13 +69,14 @@ def hub_env(tmp_path):
 
 def test_pull_downloads_and_names_resolve(tiny_pair, hub_env):
     pair = curated_pairs()[PAIR]
+    n_files = 2 * len(curated_pairs())
     files = {f"{pair.target.repo}/{pair.target.filename}": Path(tiny_pair[0]),
              f"{pair.draft.repo}/{pair.draft.filename}": Path(tiny_pair[1])}
     with HubServer(files) as hub:
         env = dict(hub_env, HF_ENDPOINT=hub.url)
         before = run_cli(env, "models")
         assert before.returncode == 0
-        assert before.stdout.count("not downloaded") == 6
+        assert before.stdout.count("not downloaded") == n_files
 
         r = run_cli(env, "pull", PAIR)
         assert r.returncode == 0, r.stderr
@@ -82,7 +88,7 @@ def test_pull_downloads_and_names_resolve(tiny_pair, hub_env):
     # no server now: the cache alone serves the names
     env = dict(hub_env, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
     listed = run_cli(env, "models")
-    assert listed.stdout.count("not downloaded") == 4 and listed.stdout.count("downloaded: ") == 2
+    assert listed.stdout.count("not downloaded") == n_files - 2 and listed.stdout.count("downloaded: ") == 2
     args = ["generate", "-p", "once upon a time", "-n", "6", "--temp", "0", "-c", "256", "--json"]
     by_pair = run_cli(env, *args, "--pair", PAIR)
     by_names = run_cli(env, *args, "-m", PAIR, "-md", PAIR)
@@ -123,5 +129,5 @@ def test_name_not_downloaded(hub_env):
 def test_unknown_pair_name():
     r = subprocess.run([sys.executable, "-m", "specllama", "pull", "nope"], capture_output=True, text=True)
     assert r.returncode == 1
-    assert r.stderr.strip() == ("Error: unknown pair 'nope'; known: demo, demo-chat (built in), gemma3-4b, llama3.1-8b, "
-                                 "qwen2.5-coder-7b (see specllama models)")
+    assert r.stderr.strip() == ("Error: unknown pair 'nope'; known: demo, demo-chat, demo-coder (built in), gemma3-4b, "
+                                 "llama3.1-8b, qwen2.5-coder-14b, qwen2.5-coder-7b (see specllama models)")
