@@ -81,3 +81,26 @@ def test_light_modules_do_not_load_llama_cpp_or_click(module):
             "print(sorted(m for m in ('llama_cpp', 'click', 'specllama.cli', 'specllama.opener') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_former_public_names_still_work_with_a_deprecation_warning():
+    import specllama
+    from specllama import sampling
+
+    for module in (specllama, sampling):
+        with pytest.warns(DeprecationWarning, match="use .*accept_tokens"):
+            assert module.verify is sampling.accept_tokens
+
+
+def test_every_rule_default_reads_default_rule():
+    """engine.steps, stream_generate's record, bench and the API: one default."""
+    import inspect
+
+    from specllama import api, bench, engine, options
+    from specllama.sampling import DEFAULT_RULE
+
+    assert options.GenerationOptions().rule == DEFAULT_RULE == "block"
+    assert inspect.signature(engine.SpeculativeEngine.steps).parameters["rule"].default == DEFAULT_RULE
+    assert inspect.signature(api.SpeculativeLlama).parameters["rule"].default == DEFAULT_RULE
+    assert inspect.signature(bench.run_bench).parameters["rules"].default == (DEFAULT_RULE,)
+    assert inspect.signature(bench._run_once).parameters["rule"].default == DEFAULT_RULE
