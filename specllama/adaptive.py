@@ -293,7 +293,7 @@ class DraftLengthPolicy:
         """A generation starts after ``n_prompt`` prompt tokens, which the
         draft model was fed or not (it is not while the policy decodes
         target-only: :meth:`drafting`)."""
-        self.behind = 0 if draft_fed else self.behind + n_prompt
+        self.behind = 0 if draft_fed else n_prompt  # the draft catches up with this sequence only
 
     def _catch_up_affordable(self) -> bool:
         """Whether a probe now may pay the draft's catch-up: at most
@@ -320,7 +320,6 @@ class DraftLengthPolicy:
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
                 self._probe_rows = cap + 1
             return 0
-        self.cost_probe_gap = COST_PROBE_GAP
         rates, may_pay = self._rates(cap)
         best = max(range(1, cap + 1), key=rates.__getitem__) if may_pay else 0
         if best == 0 and not self._sure(cap):
@@ -334,6 +333,7 @@ class DraftLengthPolicy:
                 best = max(range(1, cap + 1), key=rates.__getitem__)
         else:
             self.probe_gap = EXPLORE_EVERY
+            self.cost_probe_gap = COST_PROBE_GAP
             if self.since_probe >= EXPLORE_EVERY:
                 # Probe now and then, so the estimates stay fresh: a neighbour
                 # of the choice (above, below), or the draft length timed
