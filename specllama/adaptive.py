@@ -9,14 +9,31 @@ drafts are (Leviathan et al. 2023, with position-dependent rates)
 
 and the pass costs k * t_draft + t_verify(k + 1 rows). The policy picks
 argmax_k E(k) / cost(k) over minimum..cap; k = 0 is plain target-only
-decoding, so when drafting cannot pay (a draft step as dear as a target
-step) it falls back to it, and looks again now and then.
+decoding.
 
-Costs are the fastest of the recent timings of each kind (a draft step; a
-verify pass of each row count): timings only err upward, so a cold first
-pass or a hiccup of the machine does not steer the choice; row counts timed too rarely are
-estimated from their neighbours, optimistically, so they get measured. :meth:`DraftLengthPolicy.seed` starts a policy
-from timings measured at load time or saved by an earlier process.
+Robust for a first-time user and in a long-lived process:
+
+- Acceptance: a pooled rate over all positions, which each position's own
+  (decayed) record refines only as its evidence grows; the choice uses an
+  upper confidence bound of each rate, so a position tried rarely (or never)
+  is assumed as good as it may plausibly be, and a few early rejections do
+  not end drafting: longer drafts keep being tried while they might pay.
+  Records fade with every drafting pass, also those of positions not
+  reached, so an old verdict on a position is forgotten.
+- Costs: the median of the recent timings of each kind (a draft step; a
+  verify pass of each row count), started from the warm-up at load (the
+  median of >= 3 timings each of a 1-row pass, a (cap+1)-row pass and a
+  draft step). Row counts timed too rarely are estimated from their
+  neighbours, optimistically, so they get measured.
+- When the costs are known and even perfect acceptance cannot pay (for every
+  k, (k + 1) tokens per k * t_draft + t_verify(k + 1) is slower than one
+  token per t_verify(1)), the policy decodes target-only from the first pass
+  (:meth:`DraftLengthPolicy.cannot_pay`, which the engine announces once) and
+  re-measures the costs now and then with a padded target-only pass
+  (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
+- When drafting could pay but the acceptance seen says it does not, the
+  policy decodes target-only too, probing with a draft every 16, 32, ..., at
+  most ``MAX_PROBE_GAP`` passes.
 
 Exactness: k is fixed before any draft token of the pass is drawn, from
 past passes only, so it cannot bias the tokens (see engine.py).
@@ -24,23 +41,39 @@ past passes only, so it cannot bias the tokens (see engine.py).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the adaptive draft length (--draft-max)
 PRIOR_ACCEPT = 0.7  # acceptance assumed before anything is observed
-PRIOR_WEIGHT = 4.0  # a position's estimate leans on the pooled rate with this weight
-DECAY = 0.97  # at each new observation of a position, older ones fade
+PRIOR_WEIGHT = 8.0  # a position's estimate leans on the one before it (position 0: the pooled rate) with this weight
+DECAY = 0.99  # at each drafting pass, older acceptance observations fade
+OPTIMISM = 0.0  # the choice among draft lengths uses estimate + OPTIMISM standard errors
+FALLBACK_OPTIMISM = 1.0  # ... and drafting is given up only if it cannot pay at estimate + this many
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
 START_K = 4  # the first pass, before any cost is known
 EXPLORE_EVERY = 16  # passes between probes of a neighbouring k
-MAX_PROBE_GAP = 1024  # after a fallback to k = 0, probes come ever rarer, up to this
-MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up
-DRAFT_WINDOW = 32  # recent draft steps whose fastest is the draft cost
-VERIFY_WINDOW = 8  # recent passes of one row count whose fastest is its cost
+MAX_PROBE_GAP = 256  # after a fallback to k = 0 on acceptance, probes come ever rarer, up to this
+COST_PROBE_GAP = 512  # when drafting cannot pay: passes before the costs are first measured again
+MAX_COST_PROBE_GAP = 4096  # ... and at most between two such measurements
+PROBE_BUDGET = 0.02  # a probe's catch-up may cost this share of the target-only time since the last probe
+MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on unsure costs
+DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
+VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
+OUTLIER = 2.0  # a timing over this many times the fastest of its kind is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
 SAVED_WEIGHT = 4.0  # a saved acceptance record counts as this many passes
+WARM_UP_TIMINGS = 5  # timings of each kind at load (their median is used)
+
+
+def typical(timings) -> float:
+    """The median of the timings within ``OUTLIER`` times the fastest: noise
+    averages out, while a pass slowed by a cold cache or another process
+    does not count (timings only err upward that far)."""
+    fastest = min(timings)
+    return statistics.median([t for t in timings if t <= OUTLIER * fastest])
 
 
 def expected_tokens(accept: list[float], k: int) -> float:
@@ -50,6 +83,34 @@ def expected_tokens(accept: list[float], k: int) -> float:
         run *= accept[i]
         total += run
     return total
+
+
+def cannot_pay(draft_seconds: float, verify_cost, cap: int) -> bool:
+    """Whether even perfect acceptance cannot pay: for every k in 1..cap,
+    (k + 1) tokens per k * t_draft + t_verify(k + 1) is slower than one token
+    per t_verify(1). ``verify_cost`` maps rows to seconds."""
+    one = verify_cost(1)
+    return all((k + 1) * one <= k * draft_seconds + verify_cost(k + 1) for k in range(1, cap + 1))
+
+
+def cost_verdict(draft_seconds: float, verify_cost, cap: int) -> str:
+    """The costs' verdict in words, with the figures: whether drafting can pay
+    at all, and why not when it cannot (draft step vs target step; verify
+    cost of k+1 rows vs one row)."""
+    one = verify_cost(1)
+    best = max(range(cap + 1), key=lambda k: (k + 1) / (k * draft_seconds + verify_cost(k + 1)))
+    full = verify_cost(cap + 1)
+    figures = (f"draft step {1000 * draft_seconds:.1f} ms vs target step {1000 * one:.1f} ms "
+               f"({draft_seconds / one:.2f}x); verify of {cap + 1} rows {1000 * full:.1f} ms vs one row "
+               f"{1000 * one:.1f} ms ({full / one:.2f}x)")
+    if cannot_pay(draft_seconds, verify_cost, cap):
+        why = ("a draft step costs as much as a target step" if draft_seconds >= one else
+               "verifying more rows costs almost as much as decoding them one by one")
+        return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted: {why} "
+                f"({figures})")
+    gain = (best + 1) * one / (best * draft_seconds + verify_cost(best + 1))
+    return (f"drafting can pay on this machine for this pair: up to {gain:.2f}x at k = {best} if every draft "
+            f"were accepted ({figures})")
 
 
 @dataclass
@@ -68,19 +129,24 @@ class DraftLengthPolicy:
     probe_gap: int = EXPLORE_EVERY
     since_probe: int = 0
     last_timed: dict[int, int] = field(default_factory=dict)  # rows -> the pass that last timed them
+    # When even perfect acceptance cannot pay: passes between re-measurements of the costs
+    cost_probe_gap: int = COST_PROBE_GAP
+    catch_up_seconds: float = 0.0  # the draft's catch-up after target-only passes, all told
+    catch_up_tokens: int = 0
+    behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
+    _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
 
     # -- estimates --------------------------------------------------------
 
     @property
     def draft_seconds(self) -> float | None:
-        """One draft step: the fastest of the recent ones (timings only err
-        upward: cold caches, other processes); None before any."""
-        return min(self.draft_steps) if self.draft_steps else None
+        """One draft step: the typical recent one (:func:`typical`); None before any."""
+        return typical(self.draft_steps) if self.draft_steps else None
 
     @property
     def verify_seconds(self) -> dict[int, float]:
-        """Rows -> the fastest of the recent passes with that many rows."""
-        return {rows: min(ts) for rows, ts in self.verify_passes.items() if ts}
+        """Rows -> the typical recent pass with that many rows (:func:`typical`)."""
+        return {rows: typical(ts) for rows, ts in self.verify_passes.items() if ts}
 
     def pooled(self) -> float:
         """Acceptance over all positions observed (the prior before any)."""
@@ -107,11 +173,22 @@ class DraftLengthPolicy:
             out.append(prior)
         return out
 
+    def optimistic_acceptances(self, k: int, z: float | None = None) -> list[float]:
+        """The estimates plus ``z`` standard errors each (a position tried
+        rarely or never is given the benefit of the doubt; the margin shrinks
+        as its record grows)."""
+        z = FALLBACK_OPTIMISM if z is None else z
+        out = []
+        for i, a in enumerate(self.acceptances(k)):
+            n = (self.tried[i] if i < len(self.tried) else 0.0) + PRIOR_WEIGHT
+            out.append(min(1.0, a + z * math.sqrt(a * (1.0 - a) / n)))
+        return out
+
     def verify_cost(self, rows: int) -> float:
         """Seconds for a target pass of ``rows`` rows.
 
-        A row count timed at least ``TRUSTED`` times costs the fastest of its
-        recent passes. Otherwise its cost is estimated from the other row
+        A row count timed at least ``TRUSTED`` times costs its typical recent
+        pass (:func:`typical`). Otherwise its cost is estimated from the other row
         counts (interpolated between the nearest timed ones, extrapolated
         with a robust slope), and a row count timed once or twice takes the
         lower of its own timings and that estimate: a cost timed cold looks
@@ -120,7 +197,7 @@ class DraftLengthPolicy:
         """
         own = self.verify_passes.get(rows)
         if own and len(own) >= TRUSTED:
-            return min(own)
+            return typical(own)
         estimate = self._estimate(rows)
         if own:
             return min(min(own), estimate) if estimate is not None else min(own)
@@ -148,8 +225,31 @@ class DraftLengthPolicy:
 
     def rate(self, k: int) -> float:
         """Expected tokens per second with k drafts."""
+        return self._rate(k, self.acceptances(k))
+
+    def _rate(self, k: int, accept: list[float]) -> float:
         cost = k * (self.draft_seconds or 0.0) + self.verify_cost(k + 1)
-        return expected_tokens(self.acceptances(k), k) / cost
+        return expected_tokens(accept, k) / cost
+
+    def costs_known(self) -> bool:
+        """Whether the costs rest on enough timings to give drafting up on
+        them alone: ``TRUSTED`` draft steps, 1-row passes and passes of one
+        more row count (what the warm-up at load measures)."""
+        return (len(self.draft_steps) >= TRUSTED and len(self.verify_passes.get(1, ())) >= TRUSTED
+                and any(rows > 1 and len(ts) >= TRUSTED for rows, ts in self.verify_passes.items()))
+
+    def cannot_pay(self, cap: int) -> bool:
+        """Whether the known costs say that even perfect acceptance cannot
+        pay for any k in 1..cap (False while the costs are unsure)."""
+        if cap <= 0 or not self.costs_known():
+            return False
+        return cannot_pay(self.draft_seconds, self.verify_cost, cap)
+
+    def verdict(self, cap: int) -> str:
+        """The measured costs' verdict in words (:func:`cost_verdict`)."""
+        if self.draft_seconds is None or 1 not in self.verify_passes:
+            return "drafting not measured yet"
+        return cost_verdict(self.draft_seconds, self.verify_cost, cap)
 
     # -- the choice -------------------------------------------------------
 
@@ -158,26 +258,82 @@ class DraftLengthPolicy:
         a cap below the minimum wins)."""
         return max(self._choose(cap), min(minimum, cap))
 
+    def drafting(self, cap: int = DEFAULT_DRAFT_MAX) -> bool:
+        """Whether the next passes are likely to draft (False while the
+        policy decodes target-only: the draft model need not be fed then)."""
+        if self.cannot_pay(cap):
+            return False
+        if self.draft_seconds is None or not self.verify_passes or cap <= 0:
+            return True
+        return self._rates(cap)[1] or not self._sure(cap)
+
+    def _rates(self, cap: int) -> tuple[list[float], bool]:
+        """Expected tokens per second of k = 0..cap (the choice's estimates),
+        and whether drafting may pay: some k >= 1 beats target-only at
+        acceptance rates ``FALLBACK_OPTIMISM`` standard errors above the
+        estimates (a few early rejections do not end drafting)."""
+        rates = [self._rate(k, self.optimistic_acceptances(k, OPTIMISM)) for k in range(cap + 1)]
+        may_pay = max(rates[1:]) > rates[0] or max(
+            self._rate(k, self.optimistic_acceptances(k)) for k in range(1, cap + 1)) > rates[0]
+        return rates, may_pay
+
+    def _sure(self, cap: int) -> bool:
+        """Enough evidence to give drafting up on the rates alone."""
+        return self.costs_known() or self.drafting_passes >= MIN_EVIDENCE
+
+    def take_probe(self) -> int:
+        """Rows of a padded target-only pass to time now (0: none): asked for
+        now and then while drafting cannot pay, to notice a machine that
+        changed. The engine times one draft step with it
+        (:meth:`observe_probe`)."""
+        rows, self._probe_rows = self._probe_rows, 0
+        return rows
+
+    def new_sequence(self, n_prompt: int, *, draft_fed: bool) -> None:
+        """A generation starts after ``n_prompt`` prompt tokens, which the
+        draft model was fed or not (it is not while the policy decodes
+        target-only: :meth:`drafting`)."""
+        self.behind = 0 if draft_fed else n_prompt  # the draft catches up with this sequence only
+
+    def _catch_up_affordable(self) -> bool:
+        """Whether a probe now may pay the draft's catch-up: at most
+        ``PROBE_BUDGET`` of the target-only time since the last probe. In a
+        long generation the catch-up grows as fast as that time, so where it
+        is dear a probe waits for the next prompt (a short catch-up)."""
+        if not self.catch_up_tokens:
+            return True  # not measured yet: the first probe measures it
+        per_token = self.catch_up_seconds / self.catch_up_tokens
+        return per_token * self.behind <= PROBE_BUDGET * self.verify_cost(1) * self.since_probe
+
     def _choose(self, cap: int) -> int:
         if cap <= 0:
             return 0
         if self.draft_seconds is None or not self.verify_passes:
             return min(cap, START_K)
-        rates = [self.rate(k) for k in range(cap + 1)]
-        best = max(range(cap + 1), key=rates.__getitem__)
         self.passes += 1
         self.since_probe += 1
-        if best == 0 and self.drafting_passes < MIN_EVIDENCE:
+        if self.cannot_pay(cap):
+            # Even perfect acceptance cannot pay: target-only, and the costs
+            # measured again ever more rarely (up to a bound), in case the machine changes.
+            if self.since_probe >= self.cost_probe_gap:
+                self.since_probe = 0
+                self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
+                self._probe_rows = cap + 1
+            return 0
+        rates, may_pay = self._rates(cap)
+        best = max(range(1, cap + 1), key=rates.__getitem__) if may_pay else 0
+        if best == 0 and not self._sure(cap):
             # too little evidence to give drafting up: keep measuring at the best k >= 1
             best = max(range(1, cap + 1), key=rates.__getitem__)
         elif best == 0:
-            if self.since_probe >= self.probe_gap:
-                # Try drafting again, at the best k >= 1: the estimates may be stale.
+            if self.since_probe >= self.probe_gap and self._catch_up_affordable():
+                # Try drafting again, at the best k >= 1: the acceptance may have changed.
                 self.since_probe = 0
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
                 best = max(range(1, cap + 1), key=rates.__getitem__)
         else:
             self.probe_gap = EXPLORE_EVERY
+            self.cost_probe_gap = COST_PROBE_GAP
             if self.since_probe >= EXPLORE_EVERY:
                 # Probe now and then, so the estimates stay fresh: a neighbour
                 # of the choice (above, below), or the draft length timed
@@ -197,27 +353,57 @@ class DraftLengthPolicy:
 
         Args:
             n_drafted, n_accepted: the pass's draft length and how much was kept.
-            draft_seconds: time spent drafting (catching up excluded).
+            draft_seconds: time spent in the draft steps (a catch-up after
+                target-only passes is told apart, :meth:`observe_catch_up`).
             verify_seconds: time of the target pass and the acceptance walk.
         """
-        # Positions 0..n_accepted were tried (the last of them rejected unless
-        # all passed); a position's record fades only when it is observed
-        # again, so passes without drafts leave the estimates alone.
-        for i in range(min(n_accepted + 1, n_drafted)):
-            while len(self.tried) <= i:
-                self.tried.append(0.0)
-                self.accepted.append(0.0)
-            self.tried[i] = self.tried[i] * DECAY + 1.0
-            self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < n_accepted else 0.0)
         if n_drafted:
+            # Every record fades at each drafting pass, also of positions not
+            # reached: an old verdict on a position is forgotten in time.
+            for i in range(len(self.tried)):
+                self.tried[i] *= DECAY
+                self.accepted[i] *= DECAY
+            # Positions 0..n_accepted were tried (the last of them rejected unless all passed).
+            for i in range(min(n_accepted + 1, n_drafted)):
+                while len(self.tried) <= i:
+                    self.tried.append(0.0)
+                    self.accepted.append(0.0)
+                self.tried[i] += 1.0
+                self.accepted[i] += 1.0 if i < n_accepted else 0.0
             self.drafting_passes += 1
             self.draft_steps.append(draft_seconds / n_drafted)
+            self.behind = 0
+        else:
+            self.behind += 1
         self.observe_verify(n_drafted + 1, verify_seconds)
 
     def observe_verify(self, rows: int, seconds: float) -> None:
         """One target pass of ``rows`` rows took ``seconds``."""
         self.verify_passes.setdefault(rows, deque(maxlen=VERIFY_WINDOW)).append(seconds)
         self.last_timed[rows] = self.passes
+
+    def observe_probe(self, rows: int, verify_seconds: float, draft_step_seconds: float | None) -> None:
+        """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
+        and one draft step, timed."""
+        self.observe_verify(rows, verify_seconds)
+        self.behind += 1
+        if draft_step_seconds is not None and draft_step_seconds > 0:
+            self.draft_steps.append(draft_step_seconds)
+
+    def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
+        """The draft model evaluated ``n_tokens`` it had skipped (target-only
+        passes, a prompt not fed to it) before drafting: time paid by that
+        pass, told apart from the draft steps' cost."""
+        self.catch_up_seconds += seconds
+        self.catch_up_tokens += n_tokens
+
+    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
+        """Timings taken at load: draft steps, and rows -> passes."""
+        self.draft_steps.extend(t for t in draft_steps if t > 0)
+        for rows, ts in verify.items():
+            for t in ts:
+                if t > 0:
+                    self.observe_verify(int(rows), float(t))
 
     # -- carried between processes ----------------------------------------
 

@@ -161,11 +161,17 @@ class BenchResult:
     repeat: int
     prompts: list[str]
     peak_rss_mb: float
+    verdict: str = ""  # the measured costs' verdict in words (adaptive.cost_verdict)
 
     def best(self) -> BenchRow:
         return max(self.rows, key=lambda r: r.speedup)
 
     def recommendation(self) -> str:
+        """The best configuration measured, then the costs' verdict: whether
+        drafting can pay on this machine for this pair, and why not."""
+        return self._best_flag() + (f"; {self.verdict}" if self.verdict else "")
+
+    def _best_flag(self) -> str:
         b = self.best()
         if b.adaptive and b.mean_draft_length < 0.5:
             return (f"best: --draft-max 0 or the adaptive default, which falls back to target-only here "
@@ -191,6 +197,7 @@ class BenchResult:
             "prompts": self.prompts,
             "peak_rss_mb": self.peak_rss_mb,
             "recommendation": self.recommendation(),
+            "verdict": self.verdict,
             "adaptive": self.adaptive_summary(),
         }
 
@@ -340,7 +347,8 @@ def run_bench(
             rows.append(auto)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
-    return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb)
+    verdict = engine.policy.verdict(cap) if hasattr(engine.policy, "verdict") else ""
+    return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb, verdict)
 
 
 def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int,

@@ -29,11 +29,14 @@ def _file_id(path: str | None) -> str:
         return f"{path}:?"
 
 
-def cost_key(target_path: str, draft_path: str | None, **settings: object) -> str:
-    """A key for this pair of files (path, size, time), these load settings
-    (offload, threads, context) and this machine."""
+def cost_key(target_path: str, draft_path: str | None, *, build: str = "", **settings: object) -> str:
+    """A key for what changes costs: this pair of files (path, size, time),
+    these load settings (offload of both models, threads, context, RPC),
+    this llama.cpp build and its system info (``build``), and this machine,
+    so that another thread count, context size, build or pair never steers
+    a run."""
     parts = [_file_id(target_path), _file_id(draft_path), platform.machine(), platform.processor(),
-             str(os.cpu_count())] + [f"{k}={settings[k]}" for k in sorted(settings)]
+             str(os.cpu_count()), f"build={build}"] + [f"{k}={settings[k]}" for k in sorted(settings)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 

@@ -12,20 +12,25 @@ list of its cache, evaluates a batch and rewinds will do.
 
 from __future__ import annotations
 
+import logging
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
-from .adaptive import DEFAULT_DRAFT_MAX, DraftLengthPolicy
+from .adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
-from .prefix import sync_prefix
+from .prefix import common_prefix_len, sync_prefix
 from .processors import Processor, processed
 from .sampling import (DEFAULT_RULE, SamplingParams, SparseProbs, UniformSource, accept_block_sparse,
                        accept_tokens_sparse, sparse_probs)
 from .vocab import check_compatible
+
+log = logging.getLogger("specllama")
+WARM_UP_CONTEXT = 32  # tokens in the cache while the warm-up times passes (a short prompt's worth)
 
 
 class Model(Protocol):
@@ -107,15 +112,37 @@ class SpeculativeEngine:
         self.policy = DraftLengthPolicy()
         #: where the policy's measurements are remembered between processes (None: nowhere)
         self.cost_key: str | None = None
+        self._noticed = False  # the "drafting cannot pay" notice was given (once per loaded pair)
+        self._draft_synced = True  # the draft model holds a prefix of the sequence being decoded
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
-        generation, and give the policy the timings of a 1-row and a
-        (cap+1)-row target pass and of a draft step (where it has none
-        better, e.g. saved by an earlier process)."""
-        verify = self.target.warm_up((1, cap + 1)) if hasattr(self.target, "warm_up") else {}
-        draft = self.draft.warm_up((1,)) if self.draft is not None and hasattr(self.draft, "warm_up") else {}
-        self.policy.seed({"draft_seconds": draft.get(1), "verify_seconds": verify})
+        generation, and give the policy the median of ``WARM_UP_TIMINGS``
+        timings each of a 1-row and a (cap+1)-row target pass and of a draft
+        step, with ``WARM_UP_CONTEXT`` tokens in the cache. If even perfect
+        acceptance cannot pay on these costs, say so once (the log)."""
+        verify = self.target.warm_up((1, cap + 1)) if hasattr(self.target, "warm_up") else {}  # cold passes
+        if self.draft is not None and hasattr(self.draft, "warm_up"):
+            self.draft.warm_up((1,))
+        rows = [n for n in (1, cap + 1) if n in verify]
+        timings = _time_passes(self.target, rows)
+        steps = _time_passes(self.draft, [1]).get(1, []) if self.draft is not None and self.drafter else []
+        observe = getattr(self.policy, "observe_warm_up", None)
+        if observe is not None:
+            observe(steps, timings)
+        else:
+            self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
+                              "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
+        self._notice(cap)
+
+    def _notice(self, cap: int) -> None:
+        """Once per loaded pair: the policy decodes target-only because even
+        perfect acceptance cannot pay, with the measured costs."""
+        if self._noticed or self.drafter is None or not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
+            return
+        self._noticed = True
+        log.warning("specllama: %s; decoding target-only (costs are measured again now and then)",
+                    self.policy.verdict(cap))
 
     def close(self) -> None:
         """Remember the policy's measurements (see :mod:`specllama.cost_cache`)
@@ -193,7 +220,15 @@ class SpeculativeEngine:
         # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
         one_hot_drafts = params.greedy or isinstance(drafter, PromptLookupDrafter)
         seq = list(prompt_tokens)
-        self.prefill(seq, draft=draft_max > 0)
+        # While the policy decodes target-only the draft is not fed the prompt:
+        # it catches up (lazily, timed) when drafting resumes.
+        feed = draft_max > 0 and (not adaptive or getattr(self.policy, "drafting", lambda _: True)(draft_max))
+        self.prefill(seq, draft=feed)
+        self._draft_synced = feed
+        if adaptive and hasattr(self.policy, "new_sequence"):
+            self.policy.new_sequence(len(seq) - 1, draft_fed=feed)
+        if adaptive and draft_max > 0:
+            self._notice(draft_max)
         n_emitted = 0
         while True:
             # The target must hold seq and k drafts: len(seq) + k <= n_ctx.
@@ -212,22 +247,40 @@ class SpeculativeEngine:
                 # never draft more than can still be emitted (k drafts emit up to k + 1)
                 k = min(k, max_tokens - n_emitted - 1)
             k = max(k, 0)
+            room_k = k
+            pad: list[int] = []  # a padded target-only pass times the costs again (rows past the first unused)
             if adaptive:
                 # Fixed before this pass draws anything: past passes only.
                 k = self.policy.choose(k, minimum=draft_min)
+                take_probe = getattr(self.policy, "take_probe", None)
+                if k == 0 and take_probe is not None:
+                    pad = [seq[-1]] * min(max(take_probe() - 1, 0), room_k)
 
             t0 = time.perf_counter()
             draft_tokens: list[int] = []
             q_draft: list[SparseProbs] = []
+            catch_up = probe_step = 0.0
             if k > 0:
+                model = getattr(drafter, "model", None)
+                if model is not None and (not self._draft_synced or len(seq) - len(model.tokens) > 2):
+                    # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
+                    n_behind = len(seq) - 1 - common_prefix_len(model.tokens, seq)
+                    drafter.prefill(seq[:-1])
+                    catch_up = time.perf_counter() - t0
+                    self._draft_synced = True
+                    if hasattr(self.policy, "observe_catch_up"):
+                        self.policy.observe_catch_up(catch_up, max(n_behind, 0))
                 draft_tokens, q_draft = drafter.propose(seq, k, params, rng, processor, n_vocab)
+            elif pad and self.draft is not None and len(self.draft.tokens) < self.draft.n_ctx:
+                probe_step = _time_draft_step(self.draft, seq[-1])
             t1 = time.perf_counter()
 
             # One target pass scores every draft position and the bonus row;
             # with the token-wise rule a row becomes a distribution only if
             # the acceptance walk reaches it.
             n_rows = len(draft_tokens) + 1
-            logits = target.eval(seq[len(target.tokens):] + draft_tokens, n_logits=n_rows, copy=False)
+            logits = target.eval(seq[len(target.tokens):] + draft_tokens + pad, n_logits=n_rows + len(pad),
+                                 copy=False)[:n_rows]
             p_rows: dict[int, SparseProbs] = {}
 
             def p_row(i: int) -> SparseProbs:
@@ -250,8 +303,11 @@ class SpeculativeEngine:
             if drafter is not None:
                 drafter.keep(len(seq) + n_accepted)
             t2 = time.perf_counter()
-            catch_up = getattr(drafter, "catch_up_seconds", 0.0) if k > 0 else 0.0
-            self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
+            if pad:
+                self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
+            else:
+                # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
+                self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
 
             emitted: list[int] = []
             finish = eog = None
@@ -268,3 +324,37 @@ class SpeculativeEngine:
             yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog)
             if finish is not None:
                 return
+
+
+def _time_passes(model, rows) -> dict[int, list[float]]:
+    """``WARM_UP_TIMINGS`` timings of a pass of each row count in ``rows``
+    after ``WARM_UP_CONTEXT`` tokens; the cache is left empty."""
+    if model is None or not rows:
+        return {}
+    token = max(getattr(model, "bos", 0), 0)
+    context = min(WARM_UP_CONTEXT, model.n_ctx - max(rows), model.n_batch)
+    if context < 1:
+        return {}
+    out: dict[int, list[float]] = {}
+    try:
+        model.rewind(0)
+        model.eval([token] * context, n_logits=0)
+        for n in rows:
+            for _ in range(WARM_UP_TIMINGS):
+                model.rewind(context)
+                t0 = time.perf_counter()
+                model.eval([token] * n, n_logits=n, copy=False)
+                out.setdefault(n, []).append(time.perf_counter() - t0)
+    finally:
+        model.rewind(0)
+    return out
+
+
+def _time_draft_step(draft, token: int) -> float:
+    """One draft step timed where the draft's cache is; the cache is left as it was."""
+    n = len(draft.tokens)
+    t0 = time.perf_counter()
+    draft.eval([token], n_logits=1, copy=False)
+    seconds = time.perf_counter() - t0
+    draft.rewind(n)
+    return seconds

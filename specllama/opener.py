@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import warnings
 
-from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, add_rpc_servers, is_llama
+from .backend import (DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, add_rpc_servers, build_info, default_threads,
+                      is_llama)
 from .cost_cache import cost_key, load
 from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP
@@ -157,8 +158,9 @@ def open_engine(
             engine = SpeculativeEngine(target, draft_model)
         if engine.drafter is not None:
             engine.cost_key = cost_key(target.path, draft_model.path if draft_model else PROMPT_LOOKUP,
-                                       n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=ngld, n_threads=n_threads,
-                                       n_ctx=target.n_ctx, **_rpc_settings(target_rpc, draft_rpc, split))
+                                       build=build_info(), n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=ngld,
+                                       n_threads=n_threads or default_threads(), n_ctx=target.n_ctx,
+                                       **_rpc_settings(target_rpc, draft_rpc, split))
             saved = load(engine.cost_key)
             if saved:
                 engine.policy.seed(saved)

@@ -3,8 +3,8 @@ llama-cpp-python baseline, RPC servers. Every other module goes through these na
 
 from .baseline import plain_completion
 from .files import GGUF_MAGIC, check_gguf_file, quantize
-from .model import (DEFAULT_N_BATCH, DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, default_threads, is_llama,
-                    supports_gpu_offload, system_info)
+from .model import (DEFAULT_N_BATCH, DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, build_info, default_threads,
+                    is_llama, supports_gpu_offload, system_info)
 from .rpc import DEFAULT_RPC_HOST, DEFAULT_RPC_PORT, add_servers as add_rpc_servers, supports_rpc
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "GGUF_MAGIC",
     "LlamaModel",
     "add_rpc_servers",
+    "build_info",
     "check_gguf_file",
     "default_threads",
     "is_llama",

@@ -40,6 +40,12 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
 
 
+def build_info() -> str:
+    """What identifies this llama.cpp build: llama-cpp-python's version and
+    llama.cpp's system info (backends, CPU features)."""
+    return f"llama-cpp-python {llama_cpp.__version__}; {system_info()}"
+
+
 def supports_gpu_offload() -> bool:
     """Whether this llama-cpp-python build can offload layers to a GPU."""
     return bool(llama_cpp.llama_supports_gpu_offload())

@@ -1,0 +1,211 @@
+"""Is the default's speed-up robust, or luck? Fresh processes with empty remembered costs.
+
+Each run is a new `specllama generate --json` process whose remembered-costs file
+(SPECLLAMA_COSTS_FILE) is a fresh, empty, writable file: what a first-time user
+gets (the built models stay shared). Within a round the configurations run in
+ABBA order (forward, then backward; a configuration's value in the round is the
+mean of its two runs), on one prompt of the round (story, code and chat in turn,
+held out from any tuning):
+
+    target-only (--draft-max 0), the default, --draft-fixed with k = 2, 4, 8 (the
+    default rule), and k = 4 run again as an A/A control (its ratio to the first
+    k = 4 is the noise floor).
+
+The best fixed k is chosen once per pair and temperature, from the medians
+pooled over all rounds; every ratio is paired within a round. Printed: each
+round, then per pair and temperature the median and 10th percentile of
+default/best-fixed, default/target-only and the A/A ratio, with a bootstrap
+95% interval for the medians, and decode tok/s and load + warm-up seconds
+apart.
+
+--long-lived: one process per configuration makes 10 consecutive API calls
+(SpeculativeLlama, as the server does); configurations interleaved, ratios from
+the third call on.
+
+    python benchmarks/robustness.py                              # 20 rounds, demo, demo-chat, demo-coder
+    python benchmarks/robustness.py --rounds 5 --pairs demo -n 128
+    python benchmarks/robustness.py --long-lived --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import log  # noqa: E402
+
+PROMPTS = {  # held out: none of these is a bench prompt or one the policy was tuned on
+    "story": "The lighthouse keeper had not seen a ship in eleven days when, one grey morning,",
+    "code": "def merge_intervals(intervals):\n    \"\"\"Merge overlapping [start, end] intervals.\"\"\"\n",
+    "chat": "User: What should I pack for a three-day hiking trip in the mountains?\nAssistant:",
+}
+CONFIGS = {
+    "target-only": ["--draft-max", "0"],
+    "default": [],
+    "k=2": ["--draft-fixed", "--draft-max", "2"],
+    "k=4": ["--draft-fixed", "--draft-max", "4"],
+    "k=8": ["--draft-fixed", "--draft-max", "8"],
+    "k=4 (A/A)": ["--draft-fixed", "--draft-max", "4"],
+}
+FIXED = ("k=2", "k=4", "k=8")
+PAIRS = ("demo", "demo-chat", "demo-coder")
+COSTS_VARIABLE = "SPECLLAMA_COSTS_FILE"
+BOOTSTRAP = 2000
+
+LONG_LIVED = r"""
+import json, sys, time
+from specllama import SpeculativeLlama
+pair, prompt, n, temp, seed, calls, flags = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+with SpeculativeLlama(pair=pair, seed=seed, **flags) as llm:
+    load = time.perf_counter() - t0
+    speeds = []
+    for i in range(calls):
+        out = llm.create_completion(prompt, max_tokens=n, temperature=temp, timings=True)
+        speeds.append(out["timings"]["predicted_per_second"])
+print(json.dumps({"load_seconds": load, "tokens_per_second": speeds}))
+"""
+API_FLAGS = {"target-only": {"draft_max": 0}, "default": {}, "k=2": {"draft_max": 2, "adaptive": False},
+             "k=4": {"draft_max": 4, "adaptive": False}, "k=8": {"draft_max": 8, "adaptive": False},
+             "k=4 (A/A)": {"draft_max": 4, "adaptive": False}}
+
+
+def fresh_env(tmp: str) -> dict:
+    """The environment of one run: its own empty, writable remembered-costs file."""
+    path = Path(tempfile.mkdtemp(dir=tmp)) / "costs.json"
+    path.write_text("{}", encoding="utf-8")
+    return {**os.environ, COSTS_VARIABLE: str(path)}
+
+
+def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str) -> dict:
+    """One fresh process; its decode tok/s and its load + warm-up seconds."""
+    cmd = [sys.executable, "-m", "specllama", "generate", "--pair", pair, "-p", prompt, "-n", str(n),
+           "--temp", str(temp), "--seed", str(seed), "--ignore-eos", "--json", *CONFIGS[config]]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=fresh_env(tmp))
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+    data = json.loads(out.stdout)
+    return {"tps": data["tokens_per_second"], "load": wall - data["seconds"]}
+
+
+def run_long_lived(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, calls: int,
+                   tmp: str) -> dict:
+    """One process, ``calls`` consecutive API calls; tok/s of each."""
+    arg = json.dumps([pair, prompt, n, temp, seed, calls, API_FLAGS[config]])
+    out = subprocess.run([sys.executable, "-c", LONG_LIVED, arg], capture_output=True, text=True,
+                         env=fresh_env(tmp))
+    if out.returncode != 0:
+        raise SystemExit(f"long-lived {pair} {config} failed:\n{out.stderr}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"tps": data["tokens_per_second"], "load": data["load_seconds"]}
+
+
+def quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def bootstrap_median(xs: list[float], rng: random.Random) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval for the median."""
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
+    return quantile(meds, 0.025), quantile(meds, 0.975)
+
+
+def summarize(ratios: list[float], rng: random.Random) -> dict:
+    lo, hi = bootstrap_median(ratios, rng)
+    return {"median": statistics.median(ratios), "p10": quantile(ratios, 0.1), "median_ci": [lo, hi],
+            "n": len(ratios)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated built-in pairs")
+    ap.add_argument("--temps", default="0,0.8", help="temperatures, comma-separated")
+    ap.add_argument("-n", type=int, default=256, help="tokens per run (per call with --long-lived)")
+    ap.add_argument("--prompts", default=",".join(PROMPTS), help="prompt kinds, taken in turn by round")
+    ap.add_argument("--long-lived", action="store_true", help="10 consecutive API calls per process")
+    ap.add_argument("--calls", type=int, default=10, help="API calls per process with --long-lived")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    pairs = args.pairs.split(",")
+    temps = [float(t) for t in args.temps.split(",")]
+    prompts = args.prompts.split(",")
+    configs = list(CONFIGS)
+    first_counted = 2 if args.long_lived else 0  # from the third call on
+
+    # values[(pair, temp)][config] = one value per round (the mean of its ABBA runs)
+    values: dict[tuple[str, float], dict[str, list[float]]] = {}
+    loads: dict[tuple[str, float], dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="specllama-robustness-") as tmp:
+        for r in range(args.rounds):
+            kind = prompts[r % len(prompts)]
+            for pair in pairs:
+                for temp in temps:
+                    got: dict[str, list[float]] = {c: [] for c in configs}
+                    load: dict[str, list[float]] = {c: [] for c in configs}
+                    for c in configs + configs[::-1]:  # A B ... B A
+                        seed = args.seed + r
+                        if args.long_lived:
+                            out = run_long_lived(pair, c, PROMPTS[kind], args.n, temp, seed, args.calls, tmp)
+                            got[c].append(statistics.mean(out["tps"][first_counted:]))
+                        else:
+                            out = run_generate(pair, c, PROMPTS[kind], args.n, temp, seed, tmp)
+                            got[c].append(out["tps"])
+                        load[c].append(out["load"])
+                    cell = values.setdefault((pair, temp), {c: [] for c in configs})
+                    lcell = loads.setdefault((pair, temp), {c: [] for c in configs})
+                    for c in configs:
+                        cell[c].append(statistics.mean(got[c]))
+                        lcell[c].append(statistics.mean(load[c]))
+                    log(f"round {r + 1} {pair} temp {temp:g} {kind}: " + ", ".join(
+                        f"{c} {cell[c][-1]:.1f}" for c in configs) + " tok/s")
+
+    rng = random.Random(args.seed)
+    report = []
+    for (pair, temp), cell in values.items():
+        best = max(FIXED, key=lambda c: statistics.median(cell[c]))  # chosen once, pooled over rounds
+        n = len(cell["default"])
+        ratios = {
+            "default/best-fixed": [cell["default"][i] / cell[best][i] for i in range(n)],
+            "default/target-only": [cell["default"][i] / cell["target-only"][i] for i in range(n)],
+            "A/A": [cell["k=4 (A/A)"][i] / cell["k=4"][i] for i in range(n)],
+        }
+        report.append({
+            "pair": pair, "temperature": temp, "best_fixed": best, "rounds": n,
+            "decode_tps_median": {c: statistics.median(cell[c]) for c in configs},
+            "load_and_warm_up_seconds_median": {c: statistics.median(loads[(pair, temp)][c]) for c in configs},
+            "ratios": {name: summarize(xs, rng) for name, xs in ratios.items()},
+        })
+    if args.json:
+        print(json.dumps({"long_lived": args.long_lived, "n": args.n, "rounds": args.rounds, "results": report}))
+        return
+    mode = f"long-lived ({args.calls} calls, from the third on)" if args.long_lived else "fresh processes"
+    print(f"{mode}, {args.n} tokens, {args.rounds} rounds, empty remembered costs")
+    for row in report:
+        print(f"\n{row['pair']} temp {row['temperature']:g} (best fixed: {row['best_fixed']})")
+        print("  decode tok/s (median): " + ", ".join(f"{c} {v:.1f}" for c, v in row["decode_tps_median"].items()))
+        print("  load + warm-up s (median): " + ", ".join(
+            f"{c} {v:.2f}" for c, v in row["load_and_warm_up_seconds_median"].items()))
+        for name, s in row["ratios"].items():
+            print(f"  {name:<20} median {s['median']:.3f} [{s['median_ci'][0]:.3f}, {s['median_ci'][1]:.3f}]"
+                  f"  p10 {s['p10']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
