@@ -47,6 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the adaptive draft length (--draft-max)
+PAY_MARGIN = 0.10  # drafting that would gain less than this at perfect acceptance is not tried
 PRIOR_ACCEPT = 0.7  # acceptance assumed before anything is observed
 PRIOR_WEIGHT = 8.0  # a position's estimate leans on the one before it (position 0: the pooled rate) with this weight
 DECAY = 0.99  # at each drafting pass, older acceptance observations fade
@@ -85,12 +86,14 @@ def expected_tokens(accept: list[float], k: int) -> float:
     return total
 
 
-def cannot_pay(draft_seconds: float, verify_cost, cap: int) -> bool:
+def cannot_pay(draft_seconds: float, verify_cost, cap: int, margin: float = PAY_MARGIN) -> bool:
     """Whether even perfect acceptance cannot pay: for every k in 1..cap,
-    (k + 1) tokens per k * t_draft + t_verify(k + 1) is slower than one token
-    per t_verify(1). ``verify_cost`` maps rows to seconds."""
+    (k + 1) tokens per k * t_draft + t_verify(k + 1) is at most ``margin``
+    faster than one token per t_verify(1). ``verify_cost`` maps rows to
+    seconds. The margin: a gain that small at perfect acceptance is lost to
+    any real rejection rate, and to the noise of the timings it is judged on."""
     one = verify_cost(1)
-    return all((k + 1) * one <= k * draft_seconds + verify_cost(k + 1) for k in range(1, cap + 1))
+    return all((k + 1) * one <= (1 + margin) * (k * draft_seconds + verify_cost(k + 1)) for k in range(1, cap + 1))
 
 
 def cost_verdict(draft_seconds: float, verify_cost, cap: int) -> str:
@@ -345,7 +348,8 @@ class DraftLengthPolicy:
                 elif turn == 1:
                     best = best - 1
                 else:
-                    best = min(range(1, cap + 1), key=lambda k: self.last_timed.get(k + 1, -1))
+                    # (k = 0 among them: target-only's cost is what every choice is weighed against)
+                    best = min(range(cap + 1), key=lambda k: self.last_timed.get(k + 1, -1))
         return best
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
