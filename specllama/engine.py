@@ -23,8 +23,9 @@ from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import sync_prefix
 from .processors import Processor, processed
+from .constraint import Constraint, masked
 from .sampling import (DEFAULT_RULE, SamplingParams, SparseProbs, UniformSource, accept_block_sparse,
-                       accept_tokens_sparse, sparse_probs)
+                       accept_tokens_sparse, one_hot, sparse_probs)
 from .vocab import check_compatible
 
 
@@ -61,6 +62,10 @@ class Step:
             "length" step).
         eog_token: the end-of-generation token sampled (finish "stop"), which
             is not among ``tokens``.
+        masks: under a constraint, per row of ``target_logits`` that a token
+            was drawn from, the grammar's mask of allowed tokens (None: none).
+        n_forced: how many of the drafts were the grammar's forced tokens
+            (proposed without the draft model; 0 or ``n_drafted``).
 
     ``tokens[j]`` for j < n_accepted is a draft token the target accepted;
     the one after them (if emitted) was sampled by the target itself.
@@ -74,6 +79,8 @@ class Step:
     finish_reason: str | None = None
     target_logits: np.ndarray | None = None
     eog_token: int | None = None
+    masks: list | None = None
+    n_forced: int = 0
 
 
 class SpeculativeEngine:
@@ -159,6 +166,8 @@ class SpeculativeEngine:
         processor: Processor | None = None,
         draft_min: int = 0,
         rule: str = DEFAULT_RULE,
+        constraint: Constraint | None = None,
+        forced_drafts: bool = True,
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
 
@@ -181,6 +190,11 @@ class SpeculativeEngine:
                 It must be a pure function (see :mod:`specllama.processors`).
             draft_min: the least the adaptive policy may draft (room allowing).
             rule: "token" (token-wise acceptance) or "block" (block verification).
+            constraint: a grammar (:mod:`specllama.constraint`): every target
+                and draft row is masked to the tokens it allows after the
+                tokens before that row; it advances by emitted tokens only.
+            forced_drafts: under a constraint, draft the tokens the grammar
+                forces (one-hot, without the draft model) when there are any.
 
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
@@ -212,15 +226,33 @@ class SpeculativeEngine:
                 # never draft more than can still be emitted (k drafts emit up to k + 1)
                 k = min(k, max_tokens - n_emitted - 1)
             k = max(k, 0)
-            if adaptive:
+            row_fn = processor
+            forced: list[int] = []
+            if constraint is not None:
+                if constraint.done:
+                    # the grammar is complete and allows only the end: no other target pass
+                    yield Step([], 0, 0, 0.0, 0.0, "stop")
+                    return
+                row_fn = rows = _ConstrainedRows(processor, constraint, len(seq))
+                if forced_drafts and k > 0:
+                    # a function of the emitted tokens only, like every choice of k
+                    forced = constraint.forced()[:k]
+            if adaptive and not forced:
                 # Fixed before this pass draws anything: past passes only.
                 k = self.policy.choose(k, minimum=draft_min)
 
             t0 = time.perf_counter()
             draft_tokens: list[int] = []
             q_draft: list[SparseProbs] = []
-            if k > 0:
-                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, processor, n_vocab)
+            if forced:
+                draft_tokens, q_draft = forced, [one_hot(t) for t in forced]
+            elif k > 0:
+                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, row_fn, n_vocab)
+            if constraint is not None and draft_tokens:
+                # A draft the grammar forbids (a one-hot draft can be one) stays as the last
+                # draft: its masked target row gives it probability 0, so it is rejected there.
+                keep = constraint.legal_prefix(draft_tokens) + 1
+                draft_tokens, q_draft = draft_tokens[:keep], q_draft[:keep]
             t1 = time.perf_counter()
 
             # One target pass scores every draft position and the bonus row;
@@ -232,11 +264,11 @@ class SpeculativeEngine:
 
             def p_row(i: int) -> SparseProbs:
                 if i not in p_rows:
-                    row = processed(logits[i], seq + draft_tokens[:i] if processor else (), processor)
+                    row = processed(logits[i], seq + draft_tokens[:i] if row_fn else (), row_fn)
                     p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
-            if rule == "block" and not one_hot_drafts:
+            if rule == "block" and not (one_hot_drafts or forced):
                 # block verification needs every row: it weighs the whole block at once
                 n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
                                                              draft_tokens, rng)
@@ -250,8 +282,9 @@ class SpeculativeEngine:
             if drafter is not None:
                 drafter.keep(len(seq) + n_accepted)
             t2 = time.perf_counter()
-            catch_up = getattr(drafter, "catch_up_seconds", 0.0) if k > 0 else 0.0
-            self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
+            if not forced:  # forced drafts say nothing about the draft model
+                catch_up = getattr(drafter, "catch_up_seconds", 0.0) if k > 0 else 0.0
+                self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
 
             emitted: list[int] = []
             finish = eog = None
@@ -263,8 +296,34 @@ class SpeculativeEngine:
                 if max_tokens is not None and n_emitted + len(emitted) >= max_tokens:
                     finish = "length"
                     break
+            masks = None
+            if constraint is not None:
+                masks = [rows.mask(new_tokens[:j]) for j in range(len(emitted) + (eog is not None))]
+                constraint.commit(new_tokens[:len(new_tokens) - (eog is not None)])
             seq.extend(new_tokens)
             n_emitted += len(emitted)
-            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog)
+            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog, masks,
+                       len(forced))
             if finish is not None:
                 return
+
+
+class _ConstrainedRows:
+    """The row transform under a constraint: the processor, then the grammar's
+    mask for the tokens after the ``n_committed`` the constraint has seen
+    (one mask per path, shared by the draft's and the target's row)."""
+
+    def __init__(self, processor: Processor | None, constraint: Constraint, n_committed: int) -> None:
+        self.processor, self.constraint, self.n_committed = processor, constraint, n_committed
+        self._masks: dict[tuple[int, ...], np.ndarray | None] = {}
+
+    def mask(self, path: Sequence[int]) -> np.ndarray | None:
+        key = tuple(int(t) for t in path)
+        if key not in self._masks:
+            self._masks[key] = self.constraint.allowed(key)
+        return self._masks[key]
+
+    def __call__(self, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        if self.processor is not None:
+            scores = self.processor(ids, scores)
+        return masked(scores, self.mask(ids[self.n_committed:]))

@@ -113,6 +113,12 @@ class SparseProbs:
         return out
 
 
+def one_hot(token: int) -> SparseProbs:
+    """The distribution of a draft that is certain (prompt lookup, a grammar's
+    forced token): all mass on ``token``; its acceptance test is u < p(token)."""
+    return SparseProbs(np.array([token], dtype=np.int64), np.ones(1))
+
+
 # Candidate pre-selection for top-k: tokens within T nats of the best one.
 # When at least top_k tokens are that close, the top-k set lies among them,
 # so one comparison pass replaces a selection over the whole vocabulary.
