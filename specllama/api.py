@@ -280,6 +280,9 @@ class SpeculativeLlama:
         draft_max: int | None = None,
         timings: bool = False,
         origins: bool = False,
+        grammar: Any = None,
+        json_schema: Any = None,
+        response_format: dict | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
@@ -295,13 +298,23 @@ class SpeculativeLlama:
         ``"origins"`` object: its text split by origin (``"pieces"``:
         ``[text, "draft"|"target"]`` pairs), how many tokens it holds
         (``n_tokens``) and its target pass's ``n_drafted``/``n_accepted``
-        (extra fields OpenAI clients ignore)."""
+        (extra fields OpenAI clients ignore).
+
+        Structured output: at most one of ``grammar`` (GBNF text or a
+        ``llama_cpp.LlamaGrammar``), ``json_schema`` (llama-server's) and
+        ``response_format`` (``{"type": "json_object"}`` with an optional
+        ``"schema"``, or OpenAI's ``{"type": "json_schema", "json_schema":
+        {"schema": ...}}``) constrains the output; the text keeps exactly the
+        law of target-only decoding under the same grammar (see
+        docs/how-it-works.md). Log-probabilities are then those of the
+        masked distribution each token was drawn from."""
         options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                      max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                      repeat_last_n=repeat_last_n, logit_bias=logit_bias,
                                      logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                                     logprobs=logprobs), unsupported, draft_max)
+                                     logprobs=logprobs, grammar=grammar, json_schema=json_schema,
+                                     response_format=response_format), unsupported, draft_max)
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         # the prompt as given (a token prompt, as its text)
@@ -336,6 +349,9 @@ class SpeculativeLlama:
         draft_max: int | None = None,
         timings: bool = False,
         origins: bool = False,
+        grammar: Any = None,
+        json_schema: Any = None,
+        response_format: dict | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
@@ -345,7 +361,8 @@ class SpeculativeLlama:
         a string or a list of text parts; no message is ever dropped.
         ``logprobs=True`` (with ``top_logprobs=N`` alternatives) gives
         OpenAI's ``logprobs.content`` entries. ``draft_max``, ``timings`` and
-        ``origins`` as for :meth:`create_completion`."""
+        ``origins``, and the structured output of ``grammar``, ``json_schema``
+        and ``response_format``, as for :meth:`create_completion`."""
         if not isinstance(logprobs, bool):
             raise SpecLlamaError(f"logprobs must be true or false for chat completions, got {logprobs!r}",
                                  param="logprobs")
@@ -359,7 +376,9 @@ class SpeculativeLlama:
                                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                      repeat_last_n=repeat_last_n, logit_bias=logit_bias,
                                      logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                                     logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
+                                     logprobs=(top_logprobs or 0) if logprobs else None, grammar=grammar,
+                                     json_schema=json_schema, response_format=response_format), unsupported,
+                                draft_max)
         options = replace(options, stop=options.stop + tuple(rendered.stop))
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)

@@ -376,6 +376,7 @@ def generation_options(
     rule: object = DEFAULT_RULE,
     logprobs: object = None,
     banned: Sequence[int] = (),
+    ignore_eos: bool = False,
     grammar: object = None,
     json_schema: object = None,
     response_format: object = None,
@@ -385,11 +386,13 @@ def generation_options(
 
     ``n_vocab`` None checks everything that needs no model (the check every
     command makes before loading one: logit_bias's token ids are checked
-    against the vocabulary once it is known)."""
+    against the vocabulary once it is known). ``banned``: tokens never
+    sampled (``ignore_eos``: the end-of-generation ones, refused with a
+    grammar, which ends at one)."""
     check_convention(convention)
     d_max, d_min = check_draft(draft_max, draft_min)
     spec = spec_from_options(grammar=grammar, json_schema=json_schema, response_format=response_format, regex=regex)
-    if spec is not None and banned:
+    if spec is not None and (ignore_eos or banned):
         raise SpecLlamaError(f"ignore_eos cannot be combined with {spec.param}: under a grammar, generation ends "
                              "where the grammar ends, at an end-of-generation token", param="ignore_eos")
     return GenerationOptions(

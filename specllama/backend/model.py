@@ -217,10 +217,14 @@ class LlamaModel:
         tokens are the model's whole EOG set (built once per model: about a
         second for a large vocabulary)."""
         if getattr(self, "_grammar_tokenizer", None) is None:
+            import warnings
+
             from llguidance.llamacpp import lltokenizer_from_vocab
 
-            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab,
-                                                             eos_token=self.eog_tokens())
+            with warnings.catch_warnings():  # it reads token attributes through a name llama-cpp-python deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab,
+                                                                 eos_token=self.eog_tokens())
         return self._grammar_tokenizer
 
     def vocab_info(self) -> VocabInfo:
