@@ -142,6 +142,8 @@ class SpeculativeLlama:
         rpc_servers_draft: RPC servers for the draft (None: it stays local).
         tensor_split: the target's share of offloaded layers per device, RPC
             servers first (llama.cpp's ``--tensor-split``).
+        forced_drafts: under a grammar, draft the tokens it forces without
+            the draft model (False: a control for benchmarks).
 
     One instance runs one generation at a time: a call from a second thread
     waits for the first; a stream abandoned by a thread is closed by that
@@ -171,6 +173,7 @@ class SpeculativeLlama:
         rpc_servers_draft: str | Sequence[str] | None = None,
         tensor_split: Sequence[float] | None = None,
         policy: str | None = None,
+        forced_drafts: bool = True,
     ) -> None:
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
@@ -192,6 +195,7 @@ class SpeculativeLlama:
         self.draft_min = draft_min
         self.adaptive = adaptive
         self.rule = rule
+        self.forced_drafts = forced_drafts
         self._rng = np.random.default_rng(seed)
         self._turns = _Turns()
         self.last_stats: GenerationStats | None = None
@@ -406,7 +410,8 @@ class SpeculativeLlama:
             call["repeat_last_n"] = self.last_n_tokens_size
         return generation_options(convention=self.convention, n_vocab=self._target.n_vocab,
                                   n_ctx=self._target.n_ctx, draft_max=self.draft_max if draft_max is None else draft_max,
-                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
+                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule,
+                                  forced_drafts=self.forced_drafts, **call)
 
     def take_stats(self) -> GenerationStats | None:
         """The statistics record of the latest generation (None before any

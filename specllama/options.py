@@ -377,6 +377,7 @@ def generation_options(
     logprobs: object = None,
     banned: Sequence[int] = (),
     ignore_eos: bool = False,
+    forced_drafts: bool = True,
     grammar: object = None,
     json_schema: object = None,
     response_format: object = None,
@@ -397,6 +398,7 @@ def generation_options(
                              "where the grammar ends, at an end-of-generation token", param="ignore_eos")
     return GenerationOptions(
         grammar=spec,
+        forced_drafts=bool(forced_drafts),
         params=sampling_params(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                convention=convention),
         max_tokens=check_max_tokens(max_tokens, convention),
