@@ -299,7 +299,7 @@ class SpeculativeEngine:
             masks = None
             if constraint is not None:
                 masks = [rows.mask(new_tokens[:j]) for j in range(len(emitted) + (eog is not None))]
-                constraint.commit(new_tokens[:len(new_tokens) - (eog is not None)])
+                constraint.commit(emitted)  # the tokens after an end of generation are not output
             seq.extend(new_tokens)
             n_emitted += len(emitted)
             yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog, masks,
