@@ -142,6 +142,8 @@ class SpeculativeLlama:
         rpc_servers_draft: RPC servers for the draft (None: it stays local).
         tensor_split: the target's share of offloaded layers per device, RPC
             servers first (llama.cpp's ``--tensor-split``).
+        forced_drafts: under a grammar, draft the tokens it forces without
+            the draft model (False: a control for benchmarks).
 
     One instance runs one generation at a time: a call from a second thread
     waits for the first; a stream abandoned by a thread is closed by that
@@ -171,6 +173,7 @@ class SpeculativeLlama:
         rpc_servers_draft: str | Sequence[str] | None = None,
         tensor_split: Sequence[float] | None = None,
         policy: str | None = None,
+        forced_drafts: bool = True,
     ) -> None:
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
@@ -192,6 +195,7 @@ class SpeculativeLlama:
         self.draft_min = draft_min
         self.adaptive = adaptive
         self.rule = rule
+        self.forced_drafts = forced_drafts
         self._rng = np.random.default_rng(seed)
         self._turns = _Turns()
         self.last_stats: GenerationStats | None = None
@@ -280,6 +284,9 @@ class SpeculativeLlama:
         draft_max: int | None = None,
         timings: bool = False,
         origins: bool = False,
+        grammar: Any = None,
+        json_schema: Any = None,
+        response_format: dict | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
@@ -295,13 +302,23 @@ class SpeculativeLlama:
         ``"origins"`` object: its text split by origin (``"pieces"``:
         ``[text, "draft"|"target"]`` pairs), how many tokens it holds
         (``n_tokens``) and its target pass's ``n_drafted``/``n_accepted``
-        (extra fields OpenAI clients ignore)."""
+        (extra fields OpenAI clients ignore).
+
+        Structured output: at most one of ``grammar`` (GBNF text or a
+        ``llama_cpp.LlamaGrammar``), ``json_schema`` (llama-server's) and
+        ``response_format`` (``{"type": "json_object"}`` with an optional
+        ``"schema"``, or OpenAI's ``{"type": "json_schema", "json_schema":
+        {"schema": ...}}``) constrains the output; the text keeps exactly the
+        law of target-only decoding under the same grammar (see
+        docs/how-it-works.md). Log-probabilities are then those of the
+        masked distribution each token was drawn from."""
         options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                      max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
                                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                      repeat_last_n=repeat_last_n, logit_bias=logit_bias,
                                      logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                                     logprobs=logprobs), unsupported, draft_max)
+                                     logprobs=logprobs, grammar=grammar, json_schema=json_schema,
+                                     response_format=response_format), unsupported, draft_max)
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         # the prompt as given (a token prompt, as its text)
@@ -336,6 +353,9 @@ class SpeculativeLlama:
         draft_max: int | None = None,
         timings: bool = False,
         origins: bool = False,
+        grammar: Any = None,
+        json_schema: Any = None,
+        response_format: dict | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
@@ -345,7 +365,8 @@ class SpeculativeLlama:
         a string or a list of text parts; no message is ever dropped.
         ``logprobs=True`` (with ``top_logprobs=N`` alternatives) gives
         OpenAI's ``logprobs.content`` entries. ``draft_max``, ``timings`` and
-        ``origins`` as for :meth:`create_completion`."""
+        ``origins``, and the structured output of ``grammar``, ``json_schema``
+        and ``response_format``, as for :meth:`create_completion`."""
         if not isinstance(logprobs, bool):
             raise SpecLlamaError(f"logprobs must be true or false for chat completions, got {logprobs!r}",
                                  param="logprobs")
@@ -359,7 +380,9 @@ class SpeculativeLlama:
                                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                      repeat_last_n=repeat_last_n, logit_bias=logit_bias,
                                      logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                                     logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
+                                     logprobs=(top_logprobs or 0) if logprobs else None, grammar=grammar,
+                                     json_schema=json_schema, response_format=response_format), unsupported,
+                                draft_max)
         options = replace(options, stop=options.stop + tuple(rendered.stop))
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
@@ -387,7 +410,8 @@ class SpeculativeLlama:
             call["repeat_last_n"] = self.last_n_tokens_size
         return generation_options(convention=self.convention, n_vocab=self._target.n_vocab,
                                   n_ctx=self._target.n_ctx, draft_max=self.draft_max if draft_max is None else draft_max,
-                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
+                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule,
+                                  forced_drafts=self.forced_drafts, **call)
 
     def take_stats(self) -> GenerationStats | None:
         """The statistics record of the latest generation (None before any

@@ -13,8 +13,8 @@ import sys
 import click
 
 from .backend import DEFAULT_RPC_HOST, DEFAULT_RPC_PORT
-from .cli_flags import (boundary, chat_format_option, filter_options, generation_flags, load_options, model_options,
-                        n_predict_option, rpc_kwargs)
+from .cli_flags import (boundary, chat_format_option, filter_options, generation_flags, grammar_options, load_options,
+                        model_options, n_predict_option, rpc_kwargs)
 from .colors import color_enabled, legend, styled
 from .demo import DEMO_CHAT
 from .generate import stream_generate
@@ -54,6 +54,7 @@ def main() -> None:
 
 @main.command()
 @model_options
+@grammar_options
 @click.option("-p", "--prompt", required=True, help="The prompt text.")
 @n_predict_option(DEFAULT_MAX_TOKENS, "Tokens to generate (-1: until the context is full).")
 @click.option("--stop", "-r", "--reverse-prompt", "stop", multiple=True, help="Stop at this text (repeatable).")
@@ -99,6 +100,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
 
 @main.command()
 @model_options
+@grammar_options
 @click.option("-sys", "--system-prompt", "system_prompt", default=None, help="System prompt.")
 @chat_format_option
 @n_predict_option(-1, "Most tokens per reply (-1: until the model stops or the context is full).")

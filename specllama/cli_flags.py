@@ -204,6 +204,44 @@ def rule_option(f):
                              "keeps at least as many tokens on average).")(f)
 
 
+def grammar_options(f):
+    """Structured output: llama.cpp's grammar and JSON-schema flags, and a regular expression."""
+    return _apply(f, [
+        click.option("--grammar", default=None, metavar="GBNF",
+                     help="A GBNF grammar (llama.cpp's) the output must follow."),
+        click.option("--grammar-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Read the GBNF grammar from this file."),
+        click.option("-j", "--json-schema", "json_schema", default=None, metavar="SCHEMA",
+                     help="A JSON schema the output must follow ('{}': any JSON value)."),
+        click.option("--json-schema-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Read the JSON schema from this file."),
+        click.option("--regex", default=None, help="A regular expression the whole output must match."),
+    ])
+
+
+_GRAMMAR_FLAGS = {"grammar": ("--grammar", "grammar"), "grammar_file": ("--grammar-file", "grammar"),
+                  "json_schema": ("--json-schema", "json_schema"),
+                  "json_schema_file": ("--json-schema-file", "json_schema"), "regex": ("--regex", "regex")}
+
+
+def _grammar_kwargs(o: dict) -> dict:
+    """The one constraint flag given, as generation_options' keyword (files read)."""
+    given = {key: o[key] for key in _GRAMMAR_FLAGS if o.get(key) is not None}
+    if len(given) > 1:
+        raise SpecLlamaError(f"{' and '.join(_GRAMMAR_FLAGS[k][0] for k in given)} were given together: "
+                             "give at most one grammar, JSON schema or regex", param=next(iter(given)))
+    if not given:
+        return {}
+    key, value = next(iter(given.items()))
+    if key.endswith("_file"):
+        try:
+            with open(value, encoding="utf-8") as f:
+                value = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecLlamaError(f"cannot read {_GRAMMAR_FLAGS[key][0]} {value!r}: {e}", param=key) from None
+    return {_GRAMMAR_FLAGS[key][1]: value}
+
+
 def generation_flags(o: dict, *, convention: str = "cli", n_vocab: int | None = None, n_ctx: int | None = None,
                      max_tokens: int | None = None, stop=(), banned=(), adaptive: bool | None = None,
                      rule: str | None = None) -> GenerationOptions:
@@ -217,5 +255,6 @@ def generation_flags(o: dict, *, convention: str = "cli", n_vocab: int | None = 
         repeat_penalty=o["repeat_penalty"], repeat_last_n=o["repeat_last_n"], presence_penalty=o["presence_penalty"],
         frequency_penalty=o["frequency_penalty"], draft_max=o["draft_max"], draft_min=o.get("draft_min", 0),
         adaptive=(not o.get("draft_fixed", False)) if adaptive is None else adaptive,
-        rule=o.get("rule", DEFAULT_RULE) if rule is None else rule, banned=banned)
+        rule=o.get("rule", DEFAULT_RULE) if rule is None else rule, banned=banned,
+        ignore_eos=bool(o.get("ignore_eos")), **_grammar_kwargs(o))
 

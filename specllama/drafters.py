@@ -14,7 +14,7 @@ import numpy as np
 
 from .prefix import sync_prefix
 from .processors import Processor, processed
-from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs
+from .sampling import SamplingParams, SparseProbs, UniformSource, one_hot, sparse_probs
 
 PROMPT_LOOKUP = "prompt-lookup"
 LOOKUP_MAX_NGRAM = 3
@@ -63,6 +63,8 @@ class ModelDrafter:
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
             row = draft.eval(pending, n_logits=1, copy=False)[0]
             row = processed(_fit_vocab(row, n_vocab), seq + tokens if processor else (), processor)
+            if not np.isfinite(row).any():
+                break  # nothing is allowed here (a grammar's mask): drafting stops
             q = sparse_probs(row, params)
             x = q.sample(rng.random())
             tokens.append(x)
@@ -109,7 +111,7 @@ class PromptLookupDrafter:
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         tokens = self.lookup(seq, k)
-        return tokens, [SparseProbs(np.array([t], dtype=np.int64), np.ones(1)) for t in tokens]
+        return tokens, [one_hot(t) for t in tokens]
 
 
 def _fit_vocab(logits: np.ndarray, n_vocab: int) -> np.ndarray:

@@ -25,8 +25,9 @@ from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import common_prefix_len, sync_prefix
 from .processors import Processor, processed
+from .constraint import Constraint, masked
 from .sampling import (DEFAULT_RULE, SamplingParams, SparseProbs, UniformSource, accept_block_sparse,
-                       accept_tokens_sparse, sparse_probs)
+                       accept_tokens_sparse, one_hot, sparse_probs)
 from .vocab import check_compatible
 
 log = logging.getLogger("specllama")
@@ -66,6 +67,10 @@ class Step:
             "length" step).
         eog_token: the end-of-generation token sampled (finish "stop"), which
             is not among ``tokens``.
+        masks: under a constraint, per row of ``target_logits`` that a token
+            was drawn from, the grammar's mask of allowed tokens (None: none).
+        n_forced: how many of the drafts were the grammar's forced tokens
+            (proposed without the draft model; 0 or ``n_drafted``).
 
     ``tokens[j]`` for j < n_accepted is a draft token the target accepted;
     the one after them (if emitted) was sampled by the target itself.
@@ -79,6 +84,8 @@ class Step:
     finish_reason: str | None = None
     target_logits: np.ndarray | None = None
     eog_token: int | None = None
+    masks: list | None = None
+    n_forced: int = 0
 
 
 class SpeculativeEngine:
@@ -186,6 +193,8 @@ class SpeculativeEngine:
         processor: Processor | None = None,
         draft_min: int = 0,
         rule: str = DEFAULT_RULE,
+        constraint: Constraint | None = None,
+        forced_drafts: bool = True,
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
 
@@ -208,6 +217,11 @@ class SpeculativeEngine:
                 It must be a pure function (see :mod:`specllama.processors`).
             draft_min: the least the adaptive policy may draft (room allowing).
             rule: "token" (token-wise acceptance) or "block" (block verification).
+            constraint: a grammar (:mod:`specllama.constraint`): every target
+                and draft row is masked to the tokens it allows after the
+                tokens before that row; it advances by emitted tokens only.
+            forced_drafts: under a constraint, draft the tokens the grammar
+                forces (one-hot, without the draft model) when there are any.
 
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
@@ -249,7 +263,18 @@ class SpeculativeEngine:
             k = max(k, 0)
             room_k = k
             pad: list[int] = []  # a padded target-only pass times the costs again (rows past the first unused)
-            if adaptive:
+            row_fn = processor
+            forced: list[int] = []
+            if constraint is not None:
+                if constraint.done:
+                    # the grammar is complete and allows only the end: no other target pass
+                    yield Step([], 0, 0, 0.0, 0.0, "stop")
+                    return
+                row_fn = rows = _ConstrainedRows(processor, constraint, len(seq))
+                if forced_drafts and k > 0:
+                    # a function of the emitted tokens only, like every choice of k
+                    forced = constraint.forced()[:k]
+            if adaptive and not forced:
                 # Fixed before this pass draws anything: past passes only.
                 k = self.policy.choose(k, minimum=draft_min)
                 take_probe = getattr(self.policy, "take_probe", None)
@@ -260,7 +285,9 @@ class SpeculativeEngine:
             draft_tokens: list[int] = []
             q_draft: list[SparseProbs] = []
             catch_up = probe_step = 0.0
-            if k > 0:
+            if forced:
+                draft_tokens, q_draft = forced, [one_hot(t) for t in forced]
+            elif k > 0:
                 model = getattr(drafter, "model", None)
                 if model is not None and (not self._draft_synced or len(seq) - len(model.tokens) > 2):
                     # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
@@ -270,9 +297,14 @@ class SpeculativeEngine:
                     self._draft_synced = True
                     if hasattr(self.policy, "observe_catch_up"):
                         self.policy.observe_catch_up(catch_up, max(n_behind, 0))
-                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, processor, n_vocab)
+                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, row_fn, n_vocab)
             elif pad and self.draft is not None and len(self.draft.tokens) < self.draft.n_ctx:
                 probe_step = _time_draft_step(self.draft, seq[-1])
+            if constraint is not None and draft_tokens:
+                # A draft the grammar forbids (a one-hot draft can be one) stays as the last
+                # draft: its masked target row gives it probability 0, so it is rejected there.
+                keep = constraint.legal_prefix(draft_tokens) + 1
+                draft_tokens, q_draft = draft_tokens[:keep], q_draft[:keep]
             t1 = time.perf_counter()
 
             # One target pass scores every draft position and the bonus row;
@@ -285,11 +317,11 @@ class SpeculativeEngine:
 
             def p_row(i: int) -> SparseProbs:
                 if i not in p_rows:
-                    row = processed(logits[i], seq + draft_tokens[:i] if processor else (), processor)
+                    row = processed(logits[i], seq + draft_tokens[:i] if row_fn else (), row_fn)
                     p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
-            if rule == "block" and not one_hot_drafts:
+            if rule == "block" and not (one_hot_drafts or forced):
                 # block verification needs every row: it weighs the whole block at once
                 n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
                                                              draft_tokens, rng)
@@ -305,7 +337,7 @@ class SpeculativeEngine:
             t2 = time.perf_counter()
             if pad:
                 self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
-            else:
+            elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
 
@@ -319,9 +351,14 @@ class SpeculativeEngine:
                 if max_tokens is not None and n_emitted + len(emitted) >= max_tokens:
                     finish = "length"
                     break
+            masks = None
+            if constraint is not None:
+                masks = [rows.mask(new_tokens[:j]) for j in range(len(emitted) + (eog is not None))]
+                constraint.commit(emitted)  # the tokens after an end of generation are not output
             seq.extend(new_tokens)
             n_emitted += len(emitted)
-            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog)
+            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog, masks,
+                       len(forced))
             if finish is not None:
                 return
 
@@ -358,3 +395,24 @@ def _time_draft_step(draft, token: int) -> float:
     seconds = time.perf_counter() - t0
     draft.rewind(n)
     return seconds
+
+
+class _ConstrainedRows:
+    """The row transform under a constraint: the processor, then the grammar's
+    mask for the tokens after the ``n_committed`` the constraint has seen
+    (one mask per path, shared by the draft's and the target's row)."""
+
+    def __init__(self, processor: Processor | None, constraint: Constraint, n_committed: int) -> None:
+        self.processor, self.constraint, self.n_committed = processor, constraint, n_committed
+        self._masks: dict[tuple[int, ...], np.ndarray | None] = {}
+
+    def mask(self, path: Sequence[int]) -> np.ndarray | None:
+        key = tuple(int(t) for t in path)
+        if key not in self._masks:
+            self._masks[key] = self.constraint.allowed(key)
+        return self._masks[key]
+
+    def __call__(self, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        if self.processor is not None:
+            scores = self.processor(ids, scores)
+        return masked(scores, self.mask(ids[self.n_committed:]))

@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .adaptive import DEFAULT_DRAFT_MAX  # noqa: F401  (re-exported: the CLI's and the API's default)
+from .constraint import LLGuidanceConstraint, masked
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .options import DEFAULT_MAX_TOKENS, GenerationOptions, check_prompt_text, check_prompt_tokens
@@ -151,16 +152,22 @@ def stream_generate(
     stats.prompt_seconds = t_decode - t_start
     d0, t0 = _decode_seconds(engine.draft), _decode_seconds(target)
     seq = list(prompt_tokens)
+    constraint = None
+    if o.grammar is not None:
+        constraint = LLGuidanceConstraint(o.grammar, target.grammar_tokenizer(), target.n_vocab)
     steps = engine.steps(prompt_tokens, params=o.params, draft_max=o.draft_max, max_tokens=o.max_tokens, rng=rng,
-                         adaptive=o.adaptive, processor=processor, draft_min=o.draft_min, rule=o.rule)
+                         adaptive=o.adaptive, processor=processor, draft_min=o.draft_min, rule=o.rule,
+                         constraint=constraint, forced_drafts=o.forced_drafts)
     try:
         for step in steps:
-            stats.observe_pass(step.n_drafted, step.n_accepted)
+            stats.observe_pass(step.n_drafted, step.n_accepted, forced=step.n_forced > 0)
             delta, tokens, origins, lps, pieces = "", [], [], [], []
             finish, eog = step.finish_reason, step.eog_token
             for j, tok in enumerate(step.tokens):
                 if logprobs is not None and step.target_logits is not None:
-                    lps.append(top_logprobs(processed(step.target_logits[j], seq, processor), tok, logprobs))
+                    # from the distribution the token was drawn from: processed, then masked by the grammar
+                    row = processed(step.target_logits[j], seq, processor)
+                    lps.append(top_logprobs(masked(row, step.masks[j] if step.masks else None), tok, logprobs))
                 tokens.append(tok)
                 origins.append(DRAFT if j < step.n_accepted else TARGET)
                 seq.append(tok)
@@ -179,6 +186,8 @@ def stream_generate(
             stats.seconds = time.perf_counter() - t_decode
             stats.draft_decode_seconds = _decode_seconds(engine.draft) - d0
             stats.target_decode_seconds = _decode_seconds(target) - t0
+            if constraint is not None:
+                stats.grammar_seconds = constraint.seconds
             if not stats.ttft_seconds and tokens:
                 stats.ttft_seconds = stats.prompt_seconds + stats.seconds
             if finish is not None:

@@ -110,6 +110,7 @@ class SpecLlama(llm.Model):
     target's distribution exactly)."""
 
     can_stream = True
+    supports_schema = True  # llm --schema / --schema-multi: the reply follows the JSON schema
 
     class Options(llm.Options):
         temperature: float | None = Field(
@@ -142,6 +143,8 @@ class SpecLlama(llm.Model):
     def execute(self, prompt, stream, response, conversation) -> Iterator[str]:
         options = {k: v for k, v in prompt.options if v is not None}
         call = {k: options[k] for k in CALL_OPTIONS if k in options}
+        if prompt.schema:
+            call["response_format"] = {"type": "json_schema", "json_schema": {"name": "llm", "schema": prompt.schema}}
         try:
             model = self._speculative_llama({k: options[k] for k in LOAD_OPTIONS if k in options})
             result = model.create_chat_completion(_messages(prompt), stream=stream,

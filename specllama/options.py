@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .adaptive import DEFAULT_DRAFT_MAX
+from .constraint import GrammarSpec, spec_from_options
 from .errors import SpecLlamaError
 from .processors import (DEFAULT_PENALTY_LAST_N, Processor, as_list, ban, chain, logit_bias as bias_processor,
                          penalties)
@@ -42,10 +43,9 @@ DEFAULT_MAX_TOKENS = 128  # generate's -n, and stream_generate's max_tokens
 # the value given here, which leaves the output as it is. Every surface reads
 # this one table (the API's keyword arguments, the server's request fields).
 REFUSED: dict[str, Any] = {
-    "suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "grammar": None,
-    "response_format": None, "functions": None, "tools": None, "function_call": None, "tool_choice": None,
-    "dry_multiplier": 0.0, "xtc_probability": 0.0, "dynatemp_range": 0.0, "top_n_sigma": -1.0,
-    "json_schema": None,
+    "suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "functions": None, "tools": None,
+    "function_call": None, "tool_choice": None, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+    "dynatemp_range": 0.0, "top_n_sigma": -1.0,
 }
 #: options accepted and ignored: no effect on the output (with mirostat off) or on anything
 IGNORED = frozenset({"mirostat_tau", "mirostat_eta", "user"})
@@ -82,6 +82,8 @@ class GenerationOptions:
         adaptive: choose each pass's draft length from measured costs, or always ``draft_max``.
         rule: the acceptance rule, "block" or "token".
         logprobs: report each token's log-probability with this many alternatives (None: none).
+        grammar: a constraint on the output (:mod:`specllama.constraint`; None: free text).
+        forced_drafts: under a grammar, draft the tokens it forces without the draft model.
     """
 
     params: SamplingParams = field(default_factory=SamplingParams)
@@ -94,6 +96,8 @@ class GenerationOptions:
     adaptive: bool = True
     rule: str = DEFAULT_RULE
     logprobs: int | None = None
+    grammar: GrammarSpec | None = None
+    forced_drafts: bool = True
 
     def __post_init__(self) -> None:
         # what every convention agrees on is checked (and normalised) on every construction, replace() included
@@ -372,15 +376,29 @@ def generation_options(
     rule: object = DEFAULT_RULE,
     logprobs: object = None,
     banned: Sequence[int] = (),
+    ignore_eos: bool = False,
+    forced_drafts: bool = True,
+    grammar: object = None,
+    json_schema: object = None,
+    response_format: object = None,
+    regex: object = None,
 ) -> GenerationOptions:
     """Check a call's options under ``convention``; return them as one record.
 
     ``n_vocab`` None checks everything that needs no model (the check every
     command makes before loading one: logit_bias's token ids are checked
-    against the vocabulary once it is known)."""
+    against the vocabulary once it is known). ``banned``: tokens never
+    sampled (``ignore_eos``: the end-of-generation ones, refused with a
+    grammar, which ends at one)."""
     check_convention(convention)
     d_max, d_min = check_draft(draft_max, draft_min)
+    spec = spec_from_options(grammar=grammar, json_schema=json_schema, response_format=response_format, regex=regex)
+    if spec is not None and (ignore_eos or banned):
+        raise SpecLlamaError(f"ignore_eos cannot be combined with {spec.param}: under a grammar, generation ends "
+                             "where the grammar ends, at an end-of-generation token", param="ignore_eos")
     return GenerationOptions(
+        grammar=spec,
+        forced_drafts=bool(forced_drafts),
         params=sampling_params(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                convention=convention),
         max_tokens=check_max_tokens(max_tokens, convention),

@@ -113,6 +113,12 @@ class SparseProbs:
         return out
 
 
+def one_hot(token: int) -> SparseProbs:
+    """The distribution of a draft that is certain (prompt lookup, a grammar's
+    forced token): all mass on ``token``; its acceptance test is u < p(token)."""
+    return SparseProbs(np.array([token], dtype=np.int64), np.ones(1))
+
+
 # Candidate pre-selection for top-k: tokens within T nats of the best one.
 # When at least top_k tokens are that close, the top-k set lies among them,
 # so one comparison pass replaces a selection over the whole vocabulary.
@@ -214,14 +220,15 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
     """The log-probability of ``token`` and the ``n`` most likely tokens with
-    theirs (most likely first), from one logits row."""
+    theirs (most likely first), from one logits row; tokens of probability 0
+    (masked out, banned) are never among them."""
     lp = log_softmax(logits)
     top: list[tuple[int, float]] = []
     if n > 0:
         n = min(n, lp.shape[0])
         ids = np.argpartition(-lp, n - 1)[:n]
         ids = ids[np.argsort(-lp[ids], kind="stable")]
-        top = [(int(i), float(lp[i])) for i in ids]
+        top = [(int(i), float(lp[i])) for i in ids if np.isfinite(lp[i])]
     return float(lp[token]), top
 
 

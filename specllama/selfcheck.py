@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .constraint import GrammarSpec, LLGuidanceConstraint, masked
 from .chisquare import GoodnessOfFit, detectable_effect, goodness_of_fit, pooled_bins, power
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
@@ -283,7 +284,7 @@ def _fewest_samples(p: np.ndarray) -> int:
 
 
 def _draft_law(engine: SpeculativeEngine, prompt_tokens: Sequence[int], params: SamplingParams,
-               processor: Processor | None) -> np.ndarray | None:
+               processor: Processor | None, mask: np.ndarray | None = None) -> np.ndarray | None:
     """The draft model's law of the first token (what it drafts from), over
     the target's vocabulary; None without a draft model."""
     draft = engine.draft
@@ -295,7 +296,7 @@ def _draft_law(engine: SpeculativeEngine, prompt_tokens: Sequence[int], params: 
     # ids the target lacks are cut; ids the draft lacks (padding) get -inf
     row = row[:n_vocab] if row.shape[0] >= n_vocab else np.concatenate(
         [row, np.full(n_vocab - row.shape[0], -np.inf, dtype=np.float32)])
-    return to_probs(processed(row, prompt_tokens, processor), params)
+    return to_probs(masked(processed(row, prompt_tokens, processor), mask), params)
 
 
 def _most_likely(p: np.ndarray, is_eog: Callable[[int], bool]) -> int | None:
@@ -320,6 +321,7 @@ def run_verify(
     alpha: float = ALPHA,
     settings: Mapping[str, object] | None = None,
     on_sample: Callable[[], None] | None = None,
+    grammar: GrammarSpec | None = None,
 ) -> VerifyResult:
     """Check that speculative decoding samples the target's distribution.
 
@@ -336,6 +338,9 @@ def run_verify(
         alpha: the level of each check.
         settings: more settings to record (the load flags, the penalties).
         on_sample: called after each sample (a progress bar).
+        grammar: a constraint (:mod:`specllama.constraint`): the expected laws
+            are the target's locally masked rows, and every sample decodes
+            under a fresh copy of the grammar.
 
     Returns:
         The :class:`VerifyResult`.
@@ -361,11 +366,16 @@ def run_verify(
         )
     seed = fresh_seed() if params.seed is None else params.seed
 
+    def fresh_constraint() -> LLGuidanceConstraint | None:
+        return None if grammar is None else LLGuidanceConstraint(grammar, target.grammar_tokenizer(), target.n_vocab)
+
+    probe = fresh_constraint()
+    mask_1 = probe.allowed(()) if probe is not None else None
     # The expected laws: one-row target decodes, as target-only decoding samples them.
     logits_1 = _one_row(engine, prompt_tokens, 0)
-    row_1 = processed(logits_1, prompt_tokens, processor)
+    row_1 = masked(processed(logits_1, prompt_tokens, processor), mask_1)
     p_first = to_probs(row_1, params)
-    q_first = _draft_law(engine, prompt_tokens, params, processor)
+    q_first = _draft_law(engine, prompt_tokens, params, processor, mask_1)
     t1_star = _most_likely(p_first, target.is_eog)
     if int((p_first > 0).sum()) > 1 and len(pooled_bins(p_first, n_samples)) < 2:
         raise SpecLlamaError(
@@ -375,7 +385,8 @@ def run_verify(
     p_second = None
     if t1_star is not None:
         logits_2 = _one_row(engine, prompt_tokens + [t1_star], len(prompt_tokens))
-        p_second = to_probs(processed(logits_2, prompt_tokens + [t1_star], processor), params)
+        mask_2 = probe.allowed([t1_star]) if probe is not None else None
+        p_second = to_probs(masked(processed(logits_2, prompt_tokens + [t1_star], processor), mask_2), params)
 
     # The samples: one generator for all, the prompt kept in both caches.
     rng = np.random.default_rng(seed)
@@ -386,7 +397,7 @@ def run_verify(
         tokens: list[int] = []
         # k drafts emit up to k + 1 tokens; at least 2, for the second token
         steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max(draft_max + 1, 2),
-                             rng=rng, adaptive=False, processor=processor, rule=rule)
+                             rng=rng, adaptive=False, processor=processor, rule=rule, constraint=fresh_constraint())
         try:
             for step in steps:
                 if not tokens and step.target_logits is not None:
@@ -427,6 +438,8 @@ def run_verify(
         "draft_max": draft_max if engine.drafter is not None else 0,
         "rule": rule,
     })
+    if grammar is not None:
+        recorded[GRAMMAR_KEYS[grammar.kind]] = grammar.text
     return VerifyResult(
         passed=not failed,
         checks=checks,
@@ -512,6 +525,10 @@ def _size(n_bytes: int | None) -> str:
     return f"{n_bytes:,} bytes, {n_bytes / 2**20:.1f} MiB"
 
 
+#: where a report records the constraint it ran under, by the grammar's kind (the CLI's flag names)
+GRAMMAR_KEYS = {"gbnf": "grammar", "json_schema": "json_schema", "regex": "regex", "lark": "lark"}
+
+
 def _replay(s: Mapping, env: Mapping) -> str:
     """The command line that draws these very samples again."""
     args = ["specllama", "verify", "-m", str(env["target"]["path"])]
@@ -530,6 +547,9 @@ def _replay(s: Mapping, env: Mapping) -> str:
     if active and "repeat_last_n" in s:
         args += ["--repeat-last-n", str(s["repeat_last_n"])]
     args += ["--draft-max", str(s["draft_max"]), "--rule", s["rule"]]
+    for flag, key in (("--grammar", "grammar"), ("--json-schema", "json_schema"), ("--regex", "regex")):
+        if key in s:
+            args += [flag, str(s[key])]
     if not isinstance(s["prompt"], str):
         return "(none: the prompt was given as token ids)"
     return shlex.join(args + ["-p", s["prompt"]])
@@ -611,7 +631,8 @@ def format_report(result: VerifyResult) -> str:
         + "".join(f", {name} {s[key]}" for key, name in (("rpc", "RPC servers"), ("rpc_draft", "draft RPC servers"),
                                                          ("tensor_split", "tensor split")) if s.get(key)),
         f"sampling     temperature {s['temperature']:g}, top-k {s['top_k']}, top-p {s['top_p']:g}, "
-        f"min-p {s['min_p']:g}; penalties {', '.join(penalties) if penalties else 'off'}",
+        f"min-p {s['min_p']:g}; penalties {', '.join(penalties) if penalties else 'off'}"
+        + "".join(f"; under the {key} {s[key]!r} (locally masked)" for key in GRAMMAR_KEYS.values() if key in s),
         "speculation  " + (f"draft length {s['draft_max']} on every pass (fixed), rule {s['rule']}" if s["draft_max"]
                            else "none: target-only decoding (a control)"),
         f"samples      {s['samples']}, seed {s['seed']}" + ("" if s["seed_given"] else " (fresh)"),

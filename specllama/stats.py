@@ -26,6 +26,9 @@ class GenerationStats:
         draft_decode_seconds, target_decode_seconds: time inside llama.cpp.
         tried_at, accepted_at: per draft position i, how many passes reached
             position i, and how many of them kept its token.
+        n_forced_drafted, n_forced_accepted: of the drafts (and of the kept
+            ones), those a grammar forced, proposed without the draft model.
+        grammar_seconds: time in the grammar (masks, forced tokens, advancing it).
     """
 
     n_prompt_tokens: int = 0
@@ -43,13 +46,20 @@ class GenerationStats:
     target_decode_seconds: float = 0.0
     tried_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
+    n_forced_drafted: int = 0
+    n_forced_accepted: int = 0
+    grammar_seconds: float = 0.0
 
-    def observe_pass(self, n_drafted: int, n_accepted: int) -> None:
+    def observe_pass(self, n_drafted: int, n_accepted: int, *, forced: bool = False) -> None:
         """Count one target pass: positions 0..n_accepted were reached (the
-        last of them rejected unless all k were kept)."""
+        last of them rejected unless all k were kept). ``forced``: the drafts
+        were a grammar's forced tokens."""
         self.n_target_passes += 1
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted
+        if forced:
+            self.n_forced_drafted += n_drafted
+            self.n_forced_accepted += n_accepted
         for i in range(min(n_accepted + 1, n_drafted)):
             while len(self.tried_at) <= i:
                 self.tried_at.append(0)

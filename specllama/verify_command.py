@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from .cli_flags import (boundary, draft_max_option, filter_options, generation_flags, load_options, penalty_options,
-                        rpc_kwargs, rule_option, temp_option)
+from .cli_flags import (boundary, draft_max_option, filter_options, generation_flags, grammar_options, load_options,
+                        penalty_options, rpc_kwargs, rule_option, temp_option)
 from .sampling import DEFAULT_TEMPERATURE
 from .selfcheck import DEFAULT_PROMPT, DEFAULT_SAMPLES, VERIFY_DRAFT_MAX
 
@@ -23,6 +23,7 @@ from .selfcheck import DEFAULT_PROMPT, DEFAULT_SAMPLES, VERIFY_DRAFT_MAX
 @temp_option("Temperature (0: check that every sample is the target's argmax).", DEFAULT_TEMPERATURE)
 @draft_max_option(VERIFY_DRAFT_MAX, "Tokens drafted on every pass, fixed (0: target-only decoding, a control).")
 @rule_option
+@grammar_options
 @click.option("-p", "--prompt", default=DEFAULT_PROMPT, show_default=True,
               help="The prompt whose next two tokens are sampled.")
 @click.option("-N", "--samples", type=click.IntRange(min=1), default=DEFAULT_SAMPLES, show_default=True,
@@ -62,7 +63,7 @@ def verify(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft,
         try:
             result = run_verify(engine, params=options.params, processor=options.processor, prompt=prompt,
                                 n_samples=samples, draft_max=draft_max, rule=rule, settings=settings,
-                                on_sample=lambda: bar.update(1))
+                                on_sample=lambda: bar.update(1), grammar=options.grammar)
         finally:
             if bar.pos:
                 bar.render_finish()

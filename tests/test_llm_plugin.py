@@ -261,3 +261,24 @@ def test_demo_pair_answers(user_dir):
     assert stats["n_accepted"] <= stats["n_drafted"]
     assert stats["acceptance_rate"] == (stats["n_accepted"] / stats["n_drafted"] if stats["n_drafted"] else 0.0)
     assert stats["tokens_per_pass"] == logged["output_tokens"] / stats["n_target_passes"]
+
+
+def test_schema_constrains_the_reply_and_is_logged(tiny):
+    """llm --schema: the reply validates against the schema llm builds, equals the
+    API's answer under the same response_format, and the log keeps the schema."""
+    import jsonschema
+
+    bounded = {"type": "object", "properties": {"who": {"enum": ["king", "queen"]},
+                                                "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+               "required": ["who", "n"], "additionalProperties": False}
+    out = llm_cli("-m", "specllama-tiny", "--schema", json.dumps(bounded), "once upon a time", "-o", "temperature",
+                  "0", "-o", "max_tokens", "60", *FIXED)
+    value = json.loads(out)
+    logged = last_logged()[0]
+    schema = logged["schema_json"]
+    assert schema == bounded
+    jsonschema.validate(value, schema)
+    assert logged["response_json"]["finish_reason"] == "stop"
+    expected = api(tiny, [user("once upon a time")], temperature=0, max_tokens=60,
+                   response_format={"type": "json_schema", "json_schema": {"name": "llm", "schema": schema}})
+    assert out.strip() == reply(expected[0])

@@ -23,13 +23,12 @@ MESSAGES = [{"role": "user", "content": "once upon a time"}]
 # a value other than the neutral one, and the endpoint that has the field
 NOT_NEUTRAL = {
     "suffix": ("end", COMPLETIONS), "typical_p": (0.5, COMPLETIONS), "tfs_z": (0.5, CHAT),
-    "mirostat_mode": (2, COMPLETIONS), "grammar": ('root ::= "a"', COMPLETIONS),
-    "response_format": ({"type": "json_object"}, CHAT), "functions": ([{"name": "f"}], CHAT),
+    "mirostat_mode": (2, COMPLETIONS), "functions": ([{"name": "f"}], CHAT),
     "tools": ([{"type": "function", "function": {"name": "f"}}], CHAT),
     "function_call": ({"name": "f"}, CHAT),
     "tool_choice": ({"type": "function", "function": {"name": "f"}}, CHAT),
     "dry_multiplier": (0.8, CHAT), "xtc_probability": (0.5, COMPLETIONS), "dynatemp_range": (0.5, CHAT),
-    "top_n_sigma": (1.0, COMPLETIONS), "json_schema": ({"type": "object"}, COMPLETIONS),
+    "top_n_sigma": (1.0, COMPLETIONS),
 }
 
 # (endpoint, the request's fields, the expected param and code): one row per range check a request can reach
@@ -70,7 +69,7 @@ RANGE_CHECKS = [
 ]
 # params the API checks that no request field reaches (the server sets them itself, or they are Python-only)
 API_ONLY = {"convention", "rule", "draft_min", "stopping_criteria", "logits_processor", "stop", "chat_format",
-            "rpc_servers", "tensor_split"}
+            "rpc_servers", "tensor_split", "ignore_eos"}
 
 
 @pytest.fixture(scope="module")

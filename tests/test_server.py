@@ -257,15 +257,9 @@ BAD_REQUESTS = [
     (CHAT, {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, _error(
         "tools=[{'type': 'function', 'function': {'name': 'f'}}] is not supported by speculative decoding here "
         "(leave it at None)", "tools", "unsupported_parameter")),
-    (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_object"}}, 400, _error(
-        "response_format={'type': 'json_object'} is not supported by speculative decoding here (leave it at None)",
-        "response_format", "unsupported_parameter")),
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
-     _error("response_format={'type': 'json_schema', 'json_schema': {'name': 'x'}} is not supported by speculative "
-            "decoding here (leave it at None)", "response_format", "unsupported_parameter")),
-    (COMPLETIONS, {"prompt": "hi", "grammar": "root ::= \"a\""}, 400, _error(
-        "grammar='root ::= \"a\"' is not supported by speculative decoding here (leave it at None)", "grammar",
-        "unsupported_parameter")),
+     _error("response_format.json_schema must be an object with a 'schema' (and a 'name'), got {'name': 'x'}",
+            "response_format.json_schema", "invalid_value")),
     (COMPLETIONS, {"prompt": "hi", "typical_p": 0.5}, 400, _error(
         "typical_p=0.5 is not supported by speculative decoding here (leave it at 1.0)", "typical_p",
         "unsupported_parameter")),

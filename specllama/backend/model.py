@@ -218,6 +218,21 @@ class LlamaModel:
             self._eog = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
         return list(self._eog)
 
+    def grammar_tokenizer(self):
+        """llguidance's tokenizer for this vocabulary, whose end-of-generation
+        tokens are the model's whole EOG set (built once per model: about a
+        second for a large vocabulary)."""
+        if getattr(self, "_grammar_tokenizer", None) is None:
+            import warnings
+
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            with warnings.catch_warnings():  # it reads token attributes through a name llama-cpp-python deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab,
+                                                                 eos_token=self.eog_tokens())
+        return self._grammar_tokenizer
+
     def vocab_info(self) -> VocabInfo:
         get_text = llama_cpp.llama_vocab_get_text
         tokens = [get_text(self._vocab, i) or b"" for i in range(self.n_vocab)]

@@ -66,8 +66,10 @@ class _Generation(_Strict):
     tfs_z: float | None = None
     mirostat: int | None = None
     mirostat_mode: int | None = None
+    # structured output (specllama.constraint): at most one of them
     grammar: str | None = None
     json_schema: Any = None
+    response_format: dict[str, Any] | None = None
     dry_multiplier: float | None = None
     xtc_probability: float | None = None
     dynatemp_range: float | None = None
@@ -91,7 +93,8 @@ class _Generation(_Strict):
                 kwargs[name] = getattr(self, name)
         kwargs.update(max_tokens=defaults.max_tokens if max_tokens is None else max_tokens, stop=self.stop,
                       seed=self.seed, logit_bias=self.logit_bias, stream=True, timings=True,
-                      repeat_last_n=self.repeat_last_n, origins=bool(self.origins))
+                      repeat_last_n=self.repeat_last_n, origins=bool(self.origins), grammar=self.grammar or None,
+                      json_schema=self.json_schema, response_format=self.response_format)
         renames: dict[str, str] = {}
         n_max = self.speculative_n_max
         if n_max is None and self.speculative is not None:
@@ -112,8 +115,6 @@ class _Generation(_Strict):
     def _given(self, name: str, value: Any) -> bool:
         """Whether a refusable field says more than "nothing" (an empty
         string or list, a text response format, a tool choice without tools)."""
-        if name == "response_format":
-            return value.get("type") != "text"
         if name in ("tool_choice", "function_call"):
             return value not in NO_TOOL_CHOICE
         return not (isinstance(value, (str, list)) and not value)
@@ -153,7 +154,6 @@ class ChatCompletionRequest(_Generation):
     tool_choice: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
-    response_format: dict[str, Any] | None = None
 
     def api_kwargs(self, defaults: RequestDefaults) -> tuple[dict, dict[str, str]]:
         """``SpeculativeLlama.create_chat_completion`` keyword arguments, and renames."""
