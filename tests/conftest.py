@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny GGUF models the suite writes for itself."""
+"""Shared fixtures: the tiny GGUF models the suite writes for itself, and a
+user state of the test's own (costs, llm's user folder, chat history)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,32 @@ import pytest
 from .tiny_models import write_foreign_draft, write_pair
 
 TINY_CTX = 512
+# What a run writes of the user's state, each pointed at a temporary folder by the fixtures below; the
+# built demo models stay shared in ~/.cache/specllama (built once, 1.6 GB).
+USER_STATE = {"SPECLLAMA_COSTS_FILE": "costs.json", "LLM_USER_PATH": "llm", "SPECLLAMA_HISTORY_FILE": "chat_history"}
+
+
+def point_user_state_at(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    for variable, name in USER_STATE.items():
+        monkeypatch.setenv(variable, str(folder / name))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_user_state(tmp_path_factory):
+    """For what outlives one test (a module's server process, a module's
+    model that saves its costs when it closes): a folder for the session."""
+    with pytest.MonkeyPatch.context() as mp:
+        point_user_state_at(mp, tmp_path_factory.mktemp("user-state"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def user_state(monkeypatch, tmp_path) -> Path:
+    """Every test's costs file, llm user folder and chat history in its own
+    ``tmp_path`` (subprocesses inherit them); a test of the cost cache reads
+    ``SPECLLAMA_COSTS_FILE`` or points it elsewhere."""
+    point_user_state_at(monkeypatch, tmp_path)
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,8 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    """The cost cache on, in a file of this test's own."""
+    monkeypatch.setenv("SPECLLAMA_COSTS_FILE", str(tmp_path / "costs.json"))
     monkeypatch.delenv("SPECLLAMA_COST_CACHE", raising=False)
     return tmp_path
 
