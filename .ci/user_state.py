@@ -17,7 +17,11 @@ import os
 import sys
 from pathlib import Path
 
-BUILT_MODELS = (".gguf", ".part")  # in the cache folder: the demo models, and one being built
+
+def built_model(path: Path) -> bool:
+    """A model file built into the cache folder, one being built (``.part``), or a file that goes with one
+    (``NAME.gguf.sha256.json``)."""
+    return ".gguf" in path.name or path.suffix == ".part"
 
 
 def _env_path(variable: str, default: Path) -> Path:
@@ -52,7 +56,7 @@ def snapshot() -> dict[str, str]:
     for root, models_exempt in watched():
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
-            if models_exempt and path.suffix in BUILT_MODELS:
+            if models_exempt and built_model(path):
                 continue
             out[str(path)] = _sha256(path)
     return out

@@ -26,8 +26,10 @@ def point_user_state_at(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
 def session_user_state(tmp_path_factory):
     """For what outlives one test (a module's server process, a module's
     model that saves its costs when it closes): a folder for the session."""
+    folder = tmp_path_factory.mktemp("user-state")
     with pytest.MonkeyPatch.context() as mp:
-        point_user_state_at(mp, tmp_path_factory.mktemp("user-state"))
+        point_user_state_at(mp, folder)
+        mp.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))  # its font cache, built once a session (the plots)
         yield
 
 
