@@ -219,7 +219,7 @@ def main() -> None:
     # both loaded, never running at once: rows interleave, so a change in the machine's load
     # (it is shared) hits the server and in-process runs alike
     llm = SpeculativeLlama(args.model, args.model_draft, pair=None if args.model or args.model_draft else args.pair,
-                           n_ctx=CTX, policy="openai")
+                           n_ctx=CTX, convention="openai")
     plan: list[tuple[str, int | str]] = [("server speculative", 1), ("in-process speculative", "-"),
                                          ("server n_max 0", 1), ("in-process n_max 0", "-")]
     plan += [(mode, c) for c in clients if c != 1 for mode in ("server speculative", "server n_max 0")]

@@ -1,39 +1,44 @@
-"""specllama: exact speculative decoding for llama.cpp GGUF models."""
+"""specllama: exact speculative decoding for llama.cpp GGUF models.
 
-from .demo import demo_pair
-from .engine import SpeculativeEngine, Step
-from .errors import SpecLlamaError
-from .generate import Chunk, GenerationResult, generate, stream_generate
-from .sampling import SamplingParams, sample_from, to_probs, verify
-from .stats import GenerationStats
+The names below load on first use, so importing a submodule (the server's
+request schemas, the sampler) does not load llama.cpp.
+"""
 
-__all__ = [
-    "Chunk",
-    "GenerationResult",
-    "GenerationStats",
-    "SamplingParams",
-    "SpecLlamaError",
-    "SpeculativeEngine",
-    "SpeculativeLlama",
-    "Step",
-    "demo_pair",
-    "generate",
-    "open_engine",
-    "sample_from",
-    "stream_generate",
-    "to_probs",
-    "verify",
-]
+from __future__ import annotations
+
+import importlib
+import warnings
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "Chunk": "generate",
+    "GenerationOptions": "options",
+    "GenerationResult": "generate",
+    "GenerationStats": "stats",
+    "SamplingParams": "sampling",
+    "SpecLlamaError": "errors",
+    "SpeculativeEngine": "engine",
+    "SpeculativeLlama": "api",
+    "Step": "engine",
+    "accept_tokens": "sampling",
+    "demo_pair": "demo",
+    "generate": "generate",
+    "open_engine": "opener",
+    "sample_from": "sampling",
+    "stream_generate": "generate",
+    "to_probs": "sampling",
+}
+# former names, still answered with a DeprecationWarning
+_DEPRECATED = {"verify": ("sampling", "accept_tokens")}
+
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # Loading models needs llama_cpp; the math alone does not.
-    if name == "open_engine":
-        from .opener import open_engine
-
-        return open_engine
-    if name == "SpeculativeLlama":
-        from .api import SpeculativeLlama
-
-        return SpeculativeLlama
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    if name in _DEPRECATED:
+        module, new = _DEPRECATED[name]
+        warnings.warn(f"specllama.{name} is deprecated: use specllama.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{module}", __name__), new)
     raise AttributeError(f"module 'specllama' has no attribute {name!r}")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import warnings
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -23,19 +25,14 @@ from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .opener import open_engine
-from .options import DEFAULT_RULE, check_draft, check_logprobs, check_policy, check_rule, check_seed, generation_kwargs
+from .errors import SpecLlamaError
+from .options import (DEFAULT_RULE, GenerationOptions, check_convention, check_draft, check_logprobs, check_rule,
+                      check_seed, generation_options, refuse_unsupported)
 from .processors import DEFAULT_PENALTY_LAST_N
 from .stats import GenerationStats
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 
-POLICY = "llama-cpp-python"
-
-# Options llama-cpp-python takes that would change the output and that
-# speculative decoding here cannot honour: refused unless left neutral.
-NEUTRAL = {"suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
-           "grammar": None, "response_format": None, "functions": None, "tools": None,
-           "function_call": None, "tool_choice": None, "dry_multiplier": 0.0, "xtc_probability": 0.0}
-IGNORED = {"mirostat_tau", "mirostat_eta", "user"}  # no effect with mirostat off / on the output
+CONVENTION = "llama-cpp-python"
 
 
 class _Turns:
@@ -133,9 +130,9 @@ class SpeculativeLlama:
         adaptive: choose each pass's draft length from measured costs.
         rule: "block" (block verification, the default) or "token" (token-wise) acceptance.
         chat_format: a named chat format instead of the model's template.
-        policy: how call options are read: "llama-cpp-python" (the default,
-            a drop-in) or "openai" (the HTTP server's rules; see
-            :mod:`specllama.options`).
+        convention: how call options are read: "llama-cpp-python" (the
+            default, a drop-in) or "openai" (the HTTP server's rules; see
+            :mod:`specllama.options`). ``policy=`` is its former, deprecated name.
         last_n_tokens_size: tokens the penalties look back on (llama-cpp-python's
             name; a call's ``repeat_last_n`` overrides it; 0: off, -1: the context).
         rpc_servers: llama.cpp RPC servers for the target, ``"HOST:PORT,..."``
@@ -168,18 +165,23 @@ class SpeculativeLlama:
         adaptive: bool = True,
         rule: str = DEFAULT_RULE,
         chat_format: str | None = None,
-        policy: str = POLICY,
+        convention: str = CONVENTION,
         last_n_tokens_size: int = DEFAULT_PENALTY_LAST_N,
         rpc_servers: str | Sequence[str] | None = None,
         rpc_servers_draft: str | Sequence[str] | None = None,
         tensor_split: Sequence[float] | None = None,
+        policy: str | None = None,
     ) -> None:
+        if policy is not None:
+            warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
+                          stacklevel=2)
+            convention = policy
         # the options are checked before anything is loaded
-        check_policy(policy)
+        check_convention(convention)
         check_draft(draft_max, draft_min)
         check_rule(rule)
-        seed = check_seed(seed, policy)
-        self.policy = policy
+        seed = check_seed(seed, convention)
+        self.convention = convention
         self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                                   n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
                                   rpc_servers=rpc_servers, rpc_servers_draft=rpc_servers_draft,
@@ -234,14 +236,14 @@ class SpeculativeLlama:
     ) -> Iterator[int]:
         """Yield the token ids that follow ``tokens``, as ``Llama.generate``
         does; the end-of-generation token actually sampled is yielded last."""
-        kwargs = self._kwargs(dict(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                   max_tokens=None, repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
-                                   frequency_penalty=frequency_penalty, logits_processor=logits_processor,
-                                   stopping_criteria=stopping_criteria), {}, draft_max)
+        options = self._options(dict(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                     max_tokens=None, repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                                     frequency_penalty=frequency_penalty, logits_processor=logits_processor,
+                                     stopping_criteria=stopping_criteria), {}, draft_max)
         prompt = tokenize_prompt(self.engine, tokens)
 
         def run() -> Iterator[int]:
-            for chunk in self._stream(prompt, kwargs):
+            for chunk in self._stream(prompt, options):
                 yield from chunk.tokens
                 if chunk.eog_token is not None:
                     yield chunk.eog_token
@@ -294,17 +296,18 @@ class SpeculativeLlama:
         ``[text, "draft"|"target"]`` pairs), how many tokens it holds
         (``n_tokens``) and its target pass's ``n_drafted``/``n_accepted``
         (extra fields OpenAI clients ignore)."""
-        kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                   max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
-                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                   repeat_last_n=repeat_last_n, logit_bias=logit_bias, logits_processor=logits_processor,
-                                   stopping_criteria=stopping_criteria, logprobs=logprobs), unsupported, draft_max)
+        options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                     max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
+                                     presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                     repeat_last_n=repeat_last_n, logit_bias=logit_bias,
+                                     logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                                     logprobs=logprobs), unsupported, draft_max)
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
-        _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
+        options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         # the prompt as given (a token prompt, as its text)
         prompt_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
-            prompt_tokens, kwargs, model, prompt_text if echo else "", usage=not stream, timings=timings,
+            prompt_tokens, options, model, prompt_text if echo else "", usage=not stream, timings=timings,
             offset=len(prompt_text), origins=origins)))
         return chunks if stream else collect_completion(chunks)
 
@@ -344,23 +347,24 @@ class SpeculativeLlama:
         OpenAI's ``logprobs.content`` entries. ``draft_max``, ``timings`` and
         ``origins`` as for :meth:`create_completion`."""
         if not isinstance(logprobs, bool):
-            raise ValueError(f"logprobs must be true or false for chat completions, got {logprobs!r}")
+            raise SpecLlamaError(f"logprobs must be true or false for chat completions, got {logprobs!r}",
+                                 param="logprobs")
         if top_logprobs is not None and not logprobs:
-            raise ValueError("top_logprobs needs logprobs=True")
+            raise SpecLlamaError("top_logprobs needs logprobs=True", param="top_logprobs")
         check_logprobs(top_logprobs, "top_logprobs")
         rendered = self.chat_template().render(normalize_messages(messages))
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
-        kwargs = self._kwargs(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                   max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
-                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                   repeat_last_n=repeat_last_n, logit_bias=logit_bias, logits_processor=logits_processor,
-                                   stopping_criteria=stopping_criteria,
-                                   logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
-        kwargs["stop"] = tuple(kwargs["stop"]) + tuple(rendered.stop)
+        options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                                     max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
+                                     presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                     repeat_last_n=repeat_last_n, logit_bias=logit_bias,
+                                     logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                                     logprobs=(top_logprobs or 0) if logprobs else None), unsupported, draft_max)
+        options = replace(options, stop=options.stop + tuple(rendered.stop))
         prompt_tokens = tokenize_prompt(self.engine, tokens)
-        _fill_context(kwargs, prompt_tokens, self._target.n_ctx)
+        options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         chunks = _Stream(self._turns, lambda: _chat_chunks(
-            self._completion_chunks(prompt_tokens, kwargs, model, "", usage=not stream, timings=timings,
+            self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
             lambda t: (self._token_text(t), self._target.token_bytes(t))))
         return chunks if stream else collect_chat(chunks)
@@ -375,16 +379,15 @@ class SpeculativeLlama:
 
     # -- internals --------------------------------------------------------
 
-    def _kwargs(self, call: dict, unsupported: dict, draft_max: int | None) -> dict:
-        """A call's options, checked under llama-cpp-python's rules, as
-        stream_generate's keyword arguments."""
-        _refuse(unsupported)
+    def _options(self, call: dict, unsupported: dict, draft_max: int | None) -> GenerationOptions:
+        """A call's options, checked under this instance's convention."""
+        refuse_unsupported(unsupported)
         call = dict(call)
         if call.get("repeat_last_n") is None:
             call["repeat_last_n"] = self.last_n_tokens_size
-        return generation_kwargs(policy=self.policy, n_vocab=self._target.n_vocab, n_ctx=self._target.n_ctx,
-                                 draft_max=self.draft_max if draft_max is None else draft_max,
-                                 draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
+        return generation_options(convention=self.convention, n_vocab=self._target.n_vocab,
+                                  n_ctx=self._target.n_ctx, draft_max=self.draft_max if draft_max is None else draft_max,
+                                  draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule, **call)
 
     def take_stats(self) -> GenerationStats | None:
         """The statistics record of the latest generation (None before any
@@ -393,9 +396,10 @@ class SpeculativeLlama:
         stats, self.last_stats = self.last_stats, None
         return stats
 
-    def _stream(self, prompt_tokens: list[int], kwargs: dict) -> Iterator[Chunk]:
-        rng = self._rng if kwargs["params"].seed is None else np.random.default_rng(kwargs["params"].seed)
-        inner = stream_generate(self.engine, prompt_tokens, rng=rng, invalid_utf8="ignore", **kwargs)
+    def _stream(self, prompt_tokens: list[int], options: GenerationOptions) -> Iterator[Chunk]:
+        seed = options.params.seed
+        rng = self._rng if seed is None else np.random.default_rng(seed)
+        inner = stream_generate(self.engine, prompt_tokens, options, rng=rng, invalid_utf8="ignore")
         try:
             for chunk in inner:
                 self.last_stats = chunk.stats  # one record, updated in place to the end
@@ -406,7 +410,7 @@ class SpeculativeLlama:
     def _token_text(self, token: int) -> str:
         return self._target.token_bytes(token).decode("utf-8", errors="ignore")
 
-    def _completion_chunks(self, prompt_tokens: list[int], kwargs: dict, model: str | None,
+    def _completion_chunks(self, prompt_tokens: list[int], options: GenerationOptions, model: str | None,
                            echo_text: str, *, usage: bool, timings: bool = False, offset: int = 0,
                            origins: bool = False) -> Iterator[dict]:
         """text_completion chunks; the last one carries the ``"speculative"``
@@ -424,9 +428,9 @@ class SpeculativeLlama:
         if echo_text:
             yield chunk(echo_text, None)
         last = None
-        for last in self._stream(prompt_tokens, kwargs):
+        for last in self._stream(prompt_tokens, options):
             lp = None
-            if kwargs["logprobs"] is not None and last.tokens:
+            if options.logprobs is not None and last.tokens:
                 lp, offset = self._logprobs(last, offset)
             if last.text or lp or (origins and last.tokens):
                 out = chunk(last.text, None, lp)
@@ -462,22 +466,12 @@ class SpeculativeLlama:
         }, offset
 
 
-def _fill_context(kwargs: dict, prompt_tokens: list[int], n_ctx: int) -> None:
+def _fill_context(options: GenerationOptions, prompt_tokens: list[int], n_ctx: int) -> GenerationOptions:
     """llama-cpp-python's "until the context is full" (max_tokens None or
     <= 0) is n_ctx minus the prompt, exactly."""
-    if kwargs["max_tokens"] is None:
-        kwargs["max_tokens"] = max(n_ctx - len(prompt_tokens), 1)
-
-
-def _refuse(unsupported: dict) -> None:
-    for name, value in unsupported.items():
-        if name in IGNORED:
-            continue
-        if name not in NEUTRAL:
-            raise TypeError(f"unexpected keyword argument {name!r}")
-        if value != NEUTRAL[name]:
-            raise ValueError(f"{name}={value!r} is not supported by speculative decoding here "
-                             f"(leave it at {NEUTRAL[name]!r})")
+    if options.max_tokens is not None:
+        return options
+    return replace(options, max_tokens=max(n_ctx - len(prompt_tokens), 1))
 
 
 def _first_per_text(pairs) -> dict[str, float]:

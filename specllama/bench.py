@@ -148,7 +148,7 @@ class BenchRow:
     acceptance_by_position: list[float]
     mean_draft_length: float
     vs_best_fixed: float | None = None  # adaptive rows: worst prompt's tok/s over its best fixed k's
-    rule: str = "token"
+    rule: str = DEFAULT_RULE
     llama_cpp_tps: float = 0.0  # plain llama-cpp-python create_completion on the target
     speedup_vs_llama_cpp: float = 0.0
     target_vs_llama_cpp: float = 0.0  # specllama's own target-only decoding over llama-cpp-python's
@@ -202,7 +202,7 @@ LLAMA_CPP = "llama-cpp-python"  # plain Llama.create_completion on the target: w
 
 
 def _run_once(engine: SpeculativeEngine, prompt_tokens: list[int], params: SamplingParams, k: int,
-              n_tokens: int, seed: int, adaptive: bool = False, rule: str = "token") -> GenerationStats:
+              n_tokens: int, seed: int, adaptive: bool = False, rule: str = DEFAULT_RULE) -> GenerationStats:
     """One generation through the one generation path; its statistics."""
     engine.prefill(prompt_tokens, draft=k > 0)  # both modes start from a cached prompt
     chunk = None
@@ -224,7 +224,7 @@ def _run_llama_cpp(engine: SpeculativeEngine, prompt_tokens: list[int], params: 
 
 
 def _row(temperature: float, k: int, base: GenerationStats, spec: GenerationStats, adaptive: bool = False,
-         rule: str = "token", plain: GenerationStats | None = None) -> BenchRow:
+         rule: str = DEFAULT_RULE, plain: GenerationStats | None = None) -> BenchRow:
     target_tps = base.tokens_per_second
     spec_tps = spec.tokens_per_second
     acceptance = spec.acceptance_rate
@@ -271,7 +271,7 @@ def run_bench(
     seed: int = 0,
     base_params: SamplingParams = SamplingParams(),
     on_run: Callable[[], None] = lambda: None,
-    rules: Sequence[str] = ("token",),
+    rules: Sequence[str] = (DEFAULT_RULE,),
     llama_cpp: bool = True,
 ) -> BenchResult:
     """Measure target-only against each draft length at each temperature.

@@ -8,18 +8,15 @@ only the new text is tokenized and evaluated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
 
-from .adaptive import DEFAULT_DRAFT_MAX
 from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
 from .generate import Chunk, stream_generate
-from .options import DEFAULT_RULE
-from .processors import Processor
-from .sampling import SamplingParams
+from .options import GenerationOptions
 from .stats import GenerationStats
 
 DEFAULT_REPLY_RESERVE = 512
@@ -51,7 +48,6 @@ class Turn:
         return self.chunks
 
 
-@dataclass
 class ChatSession:
     """The conversation state and the one way to add a turn to it.
 
@@ -59,34 +55,33 @@ class ChatSession:
         engine: the target/draft pair.
         template: from :func:`template_for`.
         system_prompt: the first message, never dropped (None: none).
-        params, draft_max, max_tokens, adaptive, processor, draft_min, rule:
-            as for ``stream_generate``.
+        options: the generation options of every reply
+            (:class:`~specllama.options.GenerationOptions`; default: its
+            defaults, with replies until the model stops).
         reply_reserve: context tokens kept free for the reply.
+        **changes: fields of ``options`` to change (``params=``, ``max_tokens=``, ...).
     """
 
-    engine: object
-    template: ChatTemplate
-    system_prompt: str | None = None
-    params: SamplingParams = field(default_factory=SamplingParams)
-    draft_max: int = DEFAULT_DRAFT_MAX
-    max_tokens: int | None = None
-    reply_reserve: int = DEFAULT_REPLY_RESERVE
-    adaptive: bool = True
-    processor: Processor | None = None
-    draft_min: int = 0
-    rule: str = DEFAULT_RULE
-    messages: list[dict] = field(default_factory=list)
-    last_stats: GenerationStats | None = None
-    last_finish: str | None = None
-    total_stats: GenerationStats = field(default_factory=GenerationStats)
-    n_turns: int = 0
-
-    def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.params.seed)
+    def __init__(self, engine: object, template: ChatTemplate, system_prompt: str | None = None,
+                 options: GenerationOptions | None = None, *, reply_reserve: int = DEFAULT_REPLY_RESERVE,
+                 **changes: object) -> None:
+        self.engine, self.template, self.system_prompt = engine, template, system_prompt
+        self.options = replace(options or GenerationOptions(max_tokens=None), **changes)
+        self.reply_reserve = reply_reserve
+        self.messages: list[dict] = []
+        self.last_stats: GenerationStats | None = None
+        self.last_finish: str | None = None
+        self.total_stats = GenerationStats()
+        self.n_turns = 0
+        self.rng = np.random.default_rng(self.options.params.seed)
         # what the caches hold after the last turn, as text and as tokens
         self._held_text = ""
         self._held_tokens: list[int] = []
         self.reset()
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.options.max_tokens
 
     def reset(self) -> None:
         """Forget the conversation (the system prompt stays)."""
@@ -152,19 +147,8 @@ class ChatSession:
         stats = None
         self.last_finish = None
         try:
-            for chunk in stream_generate(
-                self.engine,
-                prompt_tokens,
-                params=self.params,
-                draft_max=self.draft_max,
-                max_tokens=self.max_tokens,
-                stop=rendered.stop,
-                rng=self.rng,
-                adaptive=self.adaptive,
-                processor=self.processor,
-                draft_min=self.draft_min,
-                rule=self.rule,
-            ):
+            for chunk in stream_generate(self.engine, prompt_tokens, self.options,
+                                         stop=self.options.stop + tuple(rendered.stop), rng=self.rng):
                 pieces.append(chunk.text)
                 reply_tokens.extend(chunk.tokens)
                 stats = chunk.stats

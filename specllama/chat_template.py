@@ -24,6 +24,8 @@ import jinja2
 import jinja2.ext
 import jinja2.sandbox
 
+from .errors import SpecLlamaError
+
 # The roles a message may have; "developer" is OpenAI's newer name for "system".
 ROLES = ("system", "developer", "user", "assistant")
 ROLE_ALIASES = {"developer": "system"}
@@ -177,7 +179,8 @@ def chat_format_names() -> list[str]:
 def check_chat_format(name: str | None) -> None:
     """Raise ``ValueError`` unless ``name`` is None or a known format name."""
     if name is not None and name not in NAMED_FORMATS:
-        raise ValueError(f"unknown chat format {name!r}; known: {', '.join(chat_format_names())}")
+        raise SpecLlamaError(f"unknown chat format {name!r}; known: {', '.join(chat_format_names())}",
+                             param="chat_format")
 
 
 # ------------------------------------------------------------------ messages
@@ -193,20 +196,23 @@ def _content_text(i: int, content: object) -> str:
     if isinstance(content, str):
         return content
     if content is None:
-        raise ValueError(f"messages[{i}] has no 'content' (a string, or a list of text parts, is needed)")
+        raise SpecLlamaError(f"messages[{i}] has no 'content' (a string, or a list of text parts, is needed)",
+                             param=f"messages[{i}].content")
     if not isinstance(content, (list, tuple)):
-        raise ValueError(f"messages[{i}] has content {_short(content)}: a string, or a list of text parts, is needed")
+        raise SpecLlamaError(f"messages[{i}] has content {_short(content)}: a string, or a list of text parts, is "
+                             "needed", param=f"messages[{i}].content")
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
         if kind != "text":
-            raise ValueError(
+            raise SpecLlamaError(
                 f"messages[{i}] has a content part of type {kind!r}: only text parts "
-                f"({{'type': 'text', 'text': ...}}) are supported"
+                f"({{'type': 'text', 'text': ...}}) are supported", param=f"messages[{i}].content[{j}].type"
             )
         text = part.get("text")
         if not isinstance(text, str):
-            raise ValueError(f"messages[{i}] content part {j} is a text part without a string 'text': {_short(part)}")
+            raise SpecLlamaError(f"messages[{i}] content part {j} is a text part without a string 'text': "
+                                 f"{_short(part)}", param=f"messages[{i}].content[{j}].text")
         texts.append(text)
     return "\n".join(texts)
 
@@ -225,16 +231,16 @@ def normalize_messages(messages: object) -> list[dict[str, str]]:
     """
     shape = "messages must be a non-empty list of {'role': ..., 'content': ...} dicts"
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise ValueError(f"{shape}, got {_short(messages)}")
+        raise SpecLlamaError(f"{shape}, got {_short(messages)}", param="messages")
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise ValueError(f"{shape}, got messages[{i}] = {_short(message)}")
+            raise SpecLlamaError(f"{shape}, got messages[{i}] = {_short(message)}", param=f"messages[{i}]")
         role = message.get("role")
         if role not in ROLES:
-            raise ValueError(
+            raise SpecLlamaError(
                 f"messages[{i}] has role {_short(role)}; accepted roles: system, developer (as system), "
-                f"user, assistant"
+                f"user, assistant", param=f"messages[{i}]"
             )
         content = _content_text(i, message.get("content"))
         out.append({"role": ROLE_ALIASES.get(role, role), "content": content})
@@ -373,9 +379,9 @@ class ChatTemplate:
                 documents=None,
             )
         except _TemplateRaised as e:
-            raise ValueError(f"{self._what} refused the messages: {_one_line(e)}") from None
+            raise SpecLlamaError(f"{self._what} refused the messages: {_one_line(e)}", param="messages") from None
         except Exception as e:  # a foreign template: any failure is its failure
-            raise ValueError(f"{self._what} failed: {type(e).__name__}: {_one_line(e)}") from None
+            raise SpecLlamaError(f"{self._what} failed: {type(e).__name__}: {_one_line(e)}", param="messages") from None
 
     def render(self, messages: object, *, add_generation_prompt: bool = True) -> Rendered:
         """Render a conversation.
@@ -408,7 +414,8 @@ class ChatTemplate:
         try:
             text = self._render_text(_merge_system(conversation), add_generation_prompt)
         except ValueError as e:
-            raise ValueError(f"{e} (also with the system text merged into the first user message)") from None
+            raise SpecLlamaError(f"{e} (also with the system text merged into the first user message)",
+                                 param="messages") from None
         missing = _missing(conversation, text)
         if missing is not None:
             raise self._left_out(conversation, missing, merged=True)
@@ -419,9 +426,9 @@ class ChatTemplate:
 
     def _left_out(self, conversation: list[dict[str, str]], i: int, *, merged: bool) -> ValueError:
         also = " (also with the system text merged into the first user message)" if merged else ""
-        return ValueError(
+        return SpecLlamaError(
             f"{self._what} leaves out the text of messages[{i}] (role {conversation[i]['role']!r}){also}; "
-            f"--chat-format picks another format"
+            f"--chat-format picks another format", param=f"messages[{i}].content"
         )
 
 

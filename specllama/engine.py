@@ -23,7 +23,8 @@ from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import sync_prefix
 from .processors import Processor, processed
-from .sampling import SamplingParams, SparseProbs, UniformSource, sparse_probs, verify_block_sparse, verify_sparse
+from .sampling import (DEFAULT_RULE, SamplingParams, SparseProbs, UniformSource, accept_block_sparse,
+                       accept_tokens_sparse, sparse_probs)
 from .vocab import check_compatible
 
 
@@ -157,7 +158,7 @@ class SpeculativeEngine:
         adaptive: bool = True,
         processor: Processor | None = None,
         draft_min: int = 0,
-        rule: str = "token",
+        rule: str = DEFAULT_RULE,
     ) -> Iterator[Step]:
         """Decode after ``prompt_tokens`` until a finish reason.
 
@@ -237,10 +238,10 @@ class SpeculativeEngine:
 
             if rule == "block" and not one_hot_drafts:
                 # block verification needs every row: it weighs the whole block at once
-                n_accepted, next_token = verify_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
+                n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
                                                              draft_tokens, rng)
             else:
-                n_accepted, next_token = verify_sparse(p_row, q_draft, draft_tokens, rng)
+                n_accepted, next_token = accept_tokens_sparse(p_row, q_draft, draft_tokens, rng)
             new_tokens = draft_tokens[:n_accepted] + [next_token]
 
             # Both caches keep seq + the accepted drafts; the next token is

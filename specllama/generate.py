@@ -11,22 +11,22 @@ bench and ``SpeculativeLlama`` consume it; :func:`generate` collects it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .adaptive import DEFAULT_DRAFT_MAX
+from .adaptive import DEFAULT_DRAFT_MAX  # noqa: F401  (re-exported: the CLI's and the API's default)
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .options import (DEFAULT_RULE, check_draft, check_logprobs, check_max_tokens, check_prompt_text,
-                      check_prompt_tokens, check_rule, check_stop)
-from .processors import Processor, processed
-from .sampling import SamplingParams, top_logprobs
+from .options import DEFAULT_MAX_TOKENS, GenerationOptions, check_prompt_text, check_prompt_tokens
+from .processors import processed
+from .sampling import top_logprobs
 from .stats import GenerationStats
 from .text import TextAssembler
 
-DEFAULT_MAX_TOKENS = 128
+__all__ = ["DEFAULT_DRAFT_MAX", "DEFAULT_MAX_TOKENS", "Chunk", "GenerationResult", "generate", "stream_generate",
+           "tokenize_prompt"]
 
 #: a token the target accepted from the draft, or one it sampled itself
 DRAFT, TARGET = "draft", "target"
@@ -91,17 +91,18 @@ def tokenize_prompt(engine: SpeculativeEngine, prompt: str | Sequence[int]) -> l
     elif isinstance(prompt, (list, tuple, np.ndarray)):
         tokens = check_prompt_tokens(prompt, target.n_vocab)
     else:
-        raise SpecLlamaError(f"the prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        raise SpecLlamaError(f"the prompt must be a string or a list of token ids, got {type(prompt).__name__}",
+                             param="prompt")
     if not tokens:
-        raise SpecLlamaError("the prompt is empty (give some text with -p/--prompt)")
+        raise SpecLlamaError("the prompt is empty (give some text with -p/--prompt)", param="prompt")
     if target.n_ctx < 2:
         raise SpecLlamaError(f"a context of {target.n_ctx} token (-c/--ctx-size) cannot hold a prompt and a new "
-                             "token: use -c 2 or more")
+                             "token: use -c 2 or more", param="prompt", code="context_length_exceeded")
     if len(tokens) >= target.n_ctx:
         raise SpecLlamaError(
             f"the prompt is {len(tokens)} tokens but the context (-c/--ctx-size) holds {target.n_ctx}: "
-            f"use a prompt of at most {target.n_ctx - 1} tokens or a larger context"
-        )
+            f"use a prompt of at most {target.n_ctx - 1} tokens or a larger context", param="prompt",
+            code="context_length_exceeded")
     return tokens
 
 
@@ -112,70 +113,46 @@ def _decode_seconds(model: object) -> float:
 def stream_generate(
     engine: SpeculativeEngine,
     prompt: str | Sequence[int],
+    options: GenerationOptions | None = None,
     *,
-    params: SamplingParams = SamplingParams(),
-    draft_max: int = DEFAULT_DRAFT_MAX,
-    max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    stop: str | Sequence[str] | None = (),
     rng: np.random.Generator | None = None,
-    adaptive: bool = True,
-    processor: Processor | None = None,
-    stopping_criteria: StoppingCriteria | None = None,
-    draft_min: int = 0,
-    rule: str = DEFAULT_RULE,
     invalid_utf8: str = "replace",
-    logprobs: int | None = None,
+    **changes: object,
 ) -> Iterator[Chunk]:
     """Generate text after ``prompt``, streaming it as it is accepted.
 
     Args:
         engine: the target/draft pair.
         prompt: text (tokenized with the target's tokenizer) or token ids.
-        params: sampling transforms; ``params.seed`` seeds the generator.
-        draft_max: draft tokens per target pass (0: target only); the cap
-            when ``adaptive``.
-        max_tokens: the most tokens to generate (None: until the context is full).
-        stop: strings that end generation; they are not part of the output.
-        rng: the random generator (default: one made from ``params.seed``).
-        adaptive: pick each pass's draft length from measured costs (True),
-            or always draft ``draft_max`` (False). Either way the output has
-            the target's distribution; only a fixed length replays a seed
-            token for token at temperature > 0, since adaptive choices follow
-            timings.
-        processor: a pure ``(input_ids, scores) -> scores`` applied to every
-            target and draft row (see :mod:`specllama.processors`).
-        stopping_criteria: ``(input_ids, logits) -> bool``, called after each
-            token with the ids so far (that token included) and the target's
-            logits row it was drawn from; True ends generation ("stop")
-            after that token.
-        draft_min: the least the adaptive policy may draft.
-        rule: "block" (the default) or "token" acceptance.
+        options: the generation options (:class:`~specllama.options.GenerationOptions`;
+            default: its defaults). Either way the output has the target's
+            distribution; only a fixed draft length (``adaptive=False``)
+            replays a seed token for token at temperature > 0, since adaptive
+            choices follow timings.
+        rng: the random generator (default: one made from ``options.params.seed``).
         invalid_utf8: "replace" (U+FFFD) or "ignore" (llama-cpp-python's choice).
-        logprobs: None, or how many top alternatives to report with each
-            token's log-probability (0: the token's alone).
+        **changes: fields of ``options`` to change for this call (``params=``,
+            ``draft_max=``, ``max_tokens=``, ...), checked as the record checks them.
 
     Yields:
         :class:`Chunk` objects; the last has a finish_reason and the final stats.
     """
-    draft_max, draft_min = check_draft(draft_max, draft_min)
-    logprobs = check_logprobs(logprobs)
-    max_tokens = check_max_tokens(max_tokens)
-    stops = check_stop(stop)
-    rule = check_rule(rule)
+    o = replace(options or GenerationOptions(), **changes)
+    processor, stopping_criteria, logprobs = o.processor, o.stopping_criteria, o.logprobs
     if rng is None:
-        rng = np.random.default_rng(params.seed)
+        rng = np.random.default_rng(o.params.seed)
     prompt_tokens = tokenize_prompt(engine, prompt)
     target = engine.target
     stats = GenerationStats(n_prompt_tokens=len(prompt_tokens))
-    text = TextAssembler(stops, errors=invalid_utf8)
+    text = TextAssembler(o.stop, errors=invalid_utf8)
     t_start = time.perf_counter()
-    stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=draft_max > 0)
+    stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=o.draft_max > 0)
     t_decode = time.perf_counter()
     stats.prompt_seconds = t_decode - t_start
     d0, t0 = _decode_seconds(engine.draft), _decode_seconds(target)
     seq = list(prompt_tokens)
-    steps = engine.steps(prompt_tokens, params=params, draft_max=draft_max, max_tokens=max_tokens, rng=rng,
-                         adaptive=adaptive, processor=processor, draft_min=draft_min, rule=rule)
+    steps = engine.steps(prompt_tokens, params=o.params, draft_max=o.draft_max, max_tokens=o.max_tokens, rng=rng,
+                         adaptive=o.adaptive, processor=processor, draft_min=o.draft_min, rule=o.rule)
     try:
         for step in steps:
             stats.observe_pass(step.n_drafted, step.n_accepted)
@@ -218,13 +195,14 @@ def stream_generate(
         steps.close()
 
 
-def generate(engine: SpeculativeEngine, prompt: str | Sequence[int], **kwargs) -> GenerationResult:
+def generate(engine: SpeculativeEngine, prompt: str | Sequence[int], options: GenerationOptions | None = None,
+             **kwargs) -> GenerationResult:
     """Run :func:`stream_generate` to the end and collect the result."""
     pieces: list[str] = []
     tokens: list[int] = []
     origins: list[str] = []
     chunk = None
-    for chunk in stream_generate(engine, prompt, **kwargs):
+    for chunk in stream_generate(engine, prompt, options, **kwargs):
         pieces.append(chunk.text)
         tokens.extend(chunk.tokens)
         origins.extend(chunk.origins)

@@ -20,6 +20,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import SpecLlamaError
+
 #: (input_ids, scores) -> scores: llama-cpp-python's logits processor shape
 Processor = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -122,5 +124,6 @@ def as_list(processors: object) -> list[Processor]:
     items = list(processors)  # type: ignore[call-overload]
     for i, p in enumerate(items):
         if not callable(p):
-            raise ValueError(f"logits_processor[{i}] must be a callable (input_ids, scores) -> scores, got {p!r}")
+            raise SpecLlamaError(f"logits_processor[{i}] must be a callable (input_ids, scores) -> scores, got {p!r}",
+                                 param=f"logits_processor[{i}]")
     return items

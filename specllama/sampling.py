@@ -17,7 +17,7 @@ Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh,
 "Block Verification Accelerates Speculative Decoding", ICLR 2025) judges the
 draft as a whole: with P_0 = 1 and P_i = min(1, P_{i-1} p_i(x_i) / q_i(x_i))
 it keeps the longest prefix a coin per position allows (weights h_i, see
-:func:`verify_block`) and then samples max(0, P_tau p - q) / Z. It is just as
+:func:`accept_block`) and then samples max(0, P_tau p - q) / Z. It is just as
 exact, and keeps at least as many tokens in expectation; with a one-hot draft
 (prompt lookup, temperature 0) it is the token-wise rule in law.
 """
@@ -34,6 +34,9 @@ DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
+#: the acceptance rules: token-wise (:func:`accept_tokens`) and block verification (:func:`accept_block`)
+RULES = ("token", "block")
+DEFAULT_RULE = "block"  # at least as fast as token-wise everywhere measured (benchmarks/RESULTS.md)
 
 
 class UniformSource(Protocol):
@@ -321,7 +324,7 @@ def _n_accepted(
     return len(draft_tokens)
 
 
-def verify(
+def accept_tokens(
     p_target: np.ndarray,
     q_draft: np.ndarray,
     draft_tokens: Sequence[int],
@@ -354,15 +357,15 @@ def verify(
     return k, sample_from(p_target[k], rng.random())
 
 
-def verify_sparse(
+def accept_tokens_sparse(
     p_row: Callable[[int], SparseProbs],
     q_draft: Sequence[SparseProbs],
     draft_tokens: Sequence[int],
     rng: np.random.Generator | UniformSource,
 ) -> tuple[int, int]:
-    """:func:`verify` on sparse rows, with the target's rows made on demand.
+    """:func:`accept_tokens` on sparse rows, with the target's rows made on demand.
 
-    The same rule and the same draws as :func:`verify`; only the rows that
+    The same rule and the same draws as :func:`accept_tokens`; only the rows that
     the walk reaches are ever computed (a rejection at position i needs rows
     0..i of p, never the rest).
 
@@ -373,7 +376,7 @@ def verify_sparse(
         rng: the source of uniform draws.
 
     Returns:
-        ``(n_accepted, next_token)`` as :func:`verify`.
+        ``(n_accepted, next_token)`` as :func:`accept_tokens`.
     """
     k = len(draft_tokens)
     n = _n_accepted(draft_tokens, lambda i, x: p_row(i).prob(x), lambda i, x: q_draft[i].prob(x), rng)
@@ -468,7 +471,7 @@ def _block_tau(
     return 0, 1.0  # h_0 = 1: keep nothing, no draw needed
 
 
-def verify_block(
+def accept_block(
     p_target: np.ndarray,
     q_draft: np.ndarray,
     draft_tokens: Sequence[int],
@@ -476,7 +479,7 @@ def verify_block(
 ) -> tuple[int, int]:
     """Block verification: accept a prefix of the draft so the output is
     distributed exactly as p, keeping at least as many tokens in expectation
-    as :func:`verify`.
+    as :func:`accept_tokens`.
 
     With rows 1-based as in the paper (p_i, q_i: the rows draft token x_i is
     judged by; p_{k+1}: the bonus row):
@@ -495,13 +498,13 @@ def verify_block(
     next token. k = 0 is one draw, the sample from p_1.
 
     Args:
-        p_target: target probabilities, shape (k+1, V), rows as for :func:`verify`.
+        p_target: target probabilities, shape (k+1, V), rows as for :func:`accept_tokens`.
         q_draft: draft probabilities, shape (k, V).
         draft_tokens: the k draft token ids, token i sampled from q_draft[i].
         rng: the source of uniform draws.
 
     Returns:
-        ``(n_accepted, next_token)`` as :func:`verify`.
+        ``(n_accepted, next_token)`` as :func:`accept_tokens`.
     """
     k = len(draft_tokens)
     if p_target.ndim != 2 or p_target.shape[0] != k + 1:
@@ -522,13 +525,13 @@ def verify_block(
     return k, sample_from(p_target[k], rng.random())
 
 
-def verify_block_sparse(
+def accept_block_sparse(
     p_rows: Sequence[SparseProbs],
     q_draft: Sequence[SparseProbs],
     draft_tokens: Sequence[int],
     rng: np.random.Generator | UniformSource,
 ) -> tuple[int, int]:
-    """:func:`verify_block` on sparse rows: the same rule and the same draws.
+    """:func:`accept_block` on sparse rows: the same rule and the same draws.
 
     The rule needs p at every draft position (P_k is a product over all of
     them), so it takes the target's rows as a list, not on demand.
@@ -553,10 +556,10 @@ def verify_block_sparse(
             plus draft_tokens[:i], row k gives the bonus token.
         q_draft: the k draft distributions.
         draft_tokens: the k draft token ids, token i sampled from q_draft[i].
-        rng: the source of uniform draws (see :func:`verify_block` for their order).
+        rng: the source of uniform draws (see :func:`accept_block` for their order).
 
     Returns:
-        ``(n_accepted, next_token)`` as :func:`verify`.
+        ``(n_accepted, next_token)`` as :func:`accept_tokens`.
     """
     k = len(draft_tokens)
     if len(p_rows) != k + 1:
@@ -573,3 +576,13 @@ def verify_block_sparse(
     if tau < k:
         return tau, sparse_residual(p_rows[tau], q_draft[tau], scale=kept).sample(rng.random())
     return k, p_rows[k].sample(rng.random())
+
+
+def __getattr__(name: str):
+    # the former name of accept_tokens (it clashed with the ``specllama verify`` command)
+    if name == "verify":
+        import warnings
+
+        warnings.warn("specllama.sampling.verify is deprecated: use accept_tokens", DeprecationWarning, stacklevel=2)
+        return accept_tokens
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,7 +50,7 @@ POWER = 0.99
 #: samples drawn by default (on the demo pair: 72-79 s for the whole run on 2 idle CPU cores)
 DEFAULT_SAMPLES = 500
 #: the draft length, fixed on every pass (not the adaptive policy's cap)
-DEFAULT_DRAFT_MAX = 4
+VERIFY_DRAFT_MAX = 4
 #: a prompt after which the demo pair's next token is far from certain
 DEFAULT_PROMPT = "My favourite thing to eat is"
 #: tokens shown per table, most likely first
@@ -315,7 +315,7 @@ def run_verify(
     processor: Processor | None = None,
     prompt: str | Sequence[int] = DEFAULT_PROMPT,
     n_samples: int = DEFAULT_SAMPLES,
-    draft_max: int = DEFAULT_DRAFT_MAX,
+    draft_max: int = VERIFY_DRAFT_MAX,
     rule: str = DEFAULT_RULE,
     alpha: float = ALPHA,
     settings: Mapping[str, object] | None = None,

@@ -5,8 +5,8 @@ The enumeration writes both rules from their formulas (token-wise:
 Leviathan et al. 2023; block: Sun et al., ICLR 2025), sums over every draft
 a context-dependent draft model can propose, and compares the law of the
 first k+1 output tokens with the target's own, to 1e-12. Separately,
-scripted uniforms at each branch boundary prove that ``verify``,
-``verify_sparse``, ``verify_block`` and ``verify_block_sparse`` behave as
+scripted uniforms at each branch boundary prove that ``accept_tokens``,
+``accept_tokens_sparse``, ``accept_block`` and ``accept_block_sparse`` behave as
 those formulas say, draw for draw.
 """
 
@@ -26,10 +26,10 @@ from specllama.sampling import (
     SparseProbs,
     sparse_probs,
     to_probs,
-    verify,
-    verify_block,
-    verify_block_sparse,
-    verify_sparse,
+    accept_tokens,
+    accept_block,
+    accept_block_sparse,
+    accept_tokens_sparse,
 )
 
 from .stats_helpers import assert_distributed_as, detectable_effect, power, samples_for_power
@@ -324,10 +324,10 @@ def test_the_code_follows_the_formulas_draw_for_draw(pair, k):
         p_sparse = [pair.p_sparse(draft[:i]) for i in range(len(draft) + 1)]
         q_sparse = [pair.q_sparse(draft[:i]) for i in range(len(draft))]
         for scripts, rules in [
-            (_block_scripts, (lambda r: verify_block(p_target, q_draft, draft, r),
-                              lambda r: verify_block_sparse(p_sparse, q_sparse, draft, r))),
-            (_tokenwise_scripts, (lambda r: verify(p_target, q_draft, draft, r),
-                                  lambda r: verify_sparse(p_sparse.__getitem__, q_sparse, draft, r))),
+            (_block_scripts, (lambda r: accept_block(p_target, q_draft, draft, r),
+                              lambda r: accept_block_sparse(p_sparse, q_sparse, draft, r))),
+            (_tokenwise_scripts, (lambda r: accept_tokens(p_target, q_draft, draft, r),
+                                  lambda r: accept_tokens_sparse(p_sparse.__getitem__, q_sparse, draft, r))),
         ]:
             for draws, outcome in scripts(p_target, q_draft, draft):
                 for rule in rules:
@@ -344,11 +344,11 @@ def test_the_boundary_is_strict():
     # k = 1: h_1 = P_1 = p/q = 0.25 / 0.5 exactly.
     p_target = np.array([[0.25, 0.75], [1.0, 0.0]])
     q_draft = np.array([[0.5, 0.5]])
-    assert verify_block(p_target, q_draft, [0], Scripted(0.5, 0.0)) == (0, 1)
-    assert verify_block(p_target, q_draft, [0], Scripted(np.nextafter(0.5, 0), 0.0)) == (1, 0)
+    assert accept_block(p_target, q_draft, [0], Scripted(0.5, 0.0)) == (0, 1)
+    assert accept_block(p_target, q_draft, [0], Scripted(np.nextafter(0.5, 0), 0.0)) == (1, 0)
     # p(x) = 0: P_1 = 0, so u = 0.0 rejects and the residual p - q picks 1.
     p_target = np.array([[0.0, 1.0], [1.0, 0.0]])
-    assert verify_block(p_target, q_draft, [0], Scripted(0.0, 0.0)) == (0, 1)
+    assert accept_block(p_target, q_draft, [0], Scripted(0.0, 0.0)) == (0, 1)
 
 
 # -- one-hot drafts and early EOG -------------------------------------------
@@ -370,7 +370,7 @@ def test_one_hot_draft_reduces_to_the_tokenwise_rule(params, k):
 
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "filtered"])
 def test_a_draft_cut_at_eog_equals_the_padded_block(params):
-    """verify_block_sparse's argument: a draft that stops at EOG at k' < k,
+    """accept_block_sparse's argument: a draft that stops at EOG at k' < k,
     verified as a block of k', gives the output law (cut at EOG) of the full
     block padded after EOG with p = q = a point mass at EOG. Checked for
     every draft of k' = 1..3 < k = 4 tokens that ends at its first EOG."""
@@ -429,18 +429,18 @@ def test_worked_block_example():
     p_target, q_draft = np.tile(P_EX, (3, 1)), np.tile(Q_EX, (2, 1))
     h2, h1 = 25 / 36, 0.075 / (0.075 + 1 / 6)
     # u_2 < h_2: keep both, bonus from p (cum .5 .8 .95 1; u = .9 -> 2)
-    assert verify_block(p_target, q_draft, [0, 0], Scripted(h2 - 1e-9, 0.9)) == (2, 2)
+    assert accept_block(p_target, q_draft, [0, 0], Scripted(h2 - 1e-9, 0.9)) == (2, 2)
     # u_2 >= h_2, u_1 < h_1: keep one; residual of 5/6 p - q: (0, .05, .025, 0)/.075
-    assert verify_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 - 1e-9, 0.6)) == (1, 1)
-    assert verify_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 - 1e-9, 0.7)) == (1, 2)
+    assert accept_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 - 1e-9, 0.6)) == (1, 1)
+    assert accept_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 - 1e-9, 0.7)) == (1, 2)
     # neither: keep none; residual of p - q: (0, 2/3, 1/3, 0)
-    assert verify_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 + 1e-9, 0.7)) == (0, 2)
+    assert accept_block(p_target, q_draft, [0, 0], Scripted(h2 + 1e-9, h1 + 1e-9, 0.7)) == (0, 2)
 
 
 def test_zero_length_draft_is_plain_sampling():
-    assert verify_block(P_EX[None], np.empty((0, 4)), [], Scripted(0.85)) == (0, 2)
+    assert accept_block(P_EX[None], np.empty((0, 4)), [], Scripted(0.85)) == (0, 2)
     p_sparse = sparse_probs(np.log(P_EX), PLAIN)
-    assert verify_block_sparse([p_sparse], [], [], Scripted(0.85)) == (0, 2)
+    assert accept_block_sparse([p_sparse], [], [], Scripted(0.85)) == (0, 2)
 
 
 def test_q_zero_at_a_draft_token_and_an_empty_residual():
@@ -449,32 +449,32 @@ def test_q_zero_at_a_draft_token_and_an_empty_residual():
     the denominator 0: h_1 = 1, tau = 1, and the empty residual falls back to p."""
     pq = np.array([0.5, 0.5, 0.0])
     p_target, q_draft = np.stack([pq, pq, pq]), np.stack([pq, pq])
-    assert verify_block(p_target, q_draft, [0, 2], Scripted(0.0, 0.999, 0.75)) == (1, 1)
+    assert accept_block(p_target, q_draft, [0, 2], Scripted(0.0, 0.999, 0.75)) == (1, 1)
     sparse = [SparseProbs(np.array([0, 1]), np.array([0.5, 0.5]))] * 3
-    assert verify_block_sparse(sparse, sparse[:2], [0, 2], Scripted(0.0, 0.999, 0.75)) == (1, 1)
+    assert accept_block_sparse(sparse, sparse[:2], [0, 2], Scripted(0.0, 0.999, 0.75)) == (1, 1)
 
 
 def test_non_finite_probabilities_are_refused():
     q_draft = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
     p_nan_at_token = np.array([[np.nan, 0.5, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
     with pytest.raises(ValueError, match="non-finite probability at draft position 0"):
-        verify_block(p_nan_at_token, q_draft, [0, 0], Scripted(0.5, 0.5, 0.5))
+        accept_block(p_nan_at_token, q_draft, [0, 0], Scripted(0.5, 0.5, 0.5))
     # NaN away from the draft tokens: P is finite, the residual mass is not
     p_nan_elsewhere = np.array([[0.2, 0.3, 0.5], [0.2, np.nan, 0.3], [0.2, 0.3, 0.5]])
     with pytest.raises(ValueError, match="non-finite residual mass"):
-        verify_block(p_nan_elsewhere, q_draft, [2, 2], Scripted(0.999, 0.5, 0.5))
+        accept_block(p_nan_elsewhere, q_draft, [2, 2], Scripted(0.999, 0.5, 0.5))
 
 
 def test_shapes_are_checked():
     with pytest.raises(ValueError, match=r"p_target must have shape \(k\+1, V\) = \(3, V\)"):
-        verify_block(np.ones((2, 4)) / 4, np.ones((2, 4)) / 4, [0, 1], Scripted())
+        accept_block(np.ones((2, 4)) / 4, np.ones((2, 4)) / 4, [0, 1], Scripted())
     with pytest.raises(ValueError, match=r"q_draft must have shape \(k, V\) = \(2, 4\)"):
-        verify_block(np.ones((3, 4)) / 4, np.ones((1, 4)) / 4, [0, 1], Scripted())
+        accept_block(np.ones((3, 4)) / 4, np.ones((1, 4)) / 4, [0, 1], Scripted())
     row = sparse_probs(np.zeros(4), PLAIN)
     with pytest.raises(ValueError, match="p_rows must hold k\\+1 = 3 target rows, got 2"):
-        verify_block_sparse([row, row], [row, row], [0, 1], Scripted())
+        accept_block_sparse([row, row], [row, row], [0, 1], Scripted())
     with pytest.raises(ValueError, match="q_draft must hold k = 2 draft rows, got 1"):
-        verify_block_sparse([row] * 3, [row], [0, 1], Scripted())
+        accept_block_sparse([row] * 3, [row], [0, 1], Scripted())
 
 
 def test_verify_block_sparse_equals_verify_block_with_the_same_draws():
@@ -490,10 +490,10 @@ def test_verify_block_sparse_equals_verify_block_with_the_same_draws():
         q_sparse = [sparse_probs(row, params) for row in draft_logits]
         tokens = [q.sample(rng.random()) for q in q_sparse]
         draws = list(rng.random(k + 2))
-        dense = verify_block(to_probs(target_logits, params), to_probs(draft_logits, params).reshape(k, v),
+        dense = accept_block(to_probs(target_logits, params), to_probs(draft_logits, params).reshape(k, v),
                              tokens, Scripted(*draws))
         p_sparse = [sparse_probs(row, params) for row in target_logits]
-        assert verify_block_sparse(p_sparse, q_sparse, tokens, Scripted(*draws)) == dense
+        assert accept_block_sparse(p_sparse, q_sparse, tokens, Scripted(*draws)) == dense
         n_partial += 0 < dense[0] < k
     assert n_partial > 30  # the branches between "none" and "all" were exercised
 
@@ -528,7 +528,7 @@ def _hand_law(h_scale: float) -> np.ndarray:
 
 
 def _sample_two_tokens(n_runs: int, seed: int) -> np.ndarray:
-    """Counts of the first two output tokens of ``verify_block_sparse`` on the
+    """Counts of the first two output tokens of ``accept_block_sparse`` on the
     hand-made pair, drafting K_STAT tokens and continuing with the target."""
     rows = {
         prefix: tuple(SparseProbs(np.arange(4), r) for r in _hand_rows(prefix))
@@ -545,7 +545,7 @@ def _sample_two_tokens(n_runs: int, seed: int) -> np.ndarray:
             q_draft.append(q)
             draft += (q.sample(rng.random()),)
         p_rows = [rows[draft[:i]][0] for i in range(K_STAT + 1)]
-        n, t = verify_block_sparse(p_rows, q_draft, draft, rng)
+        n, t = accept_block_sparse(p_rows, q_draft, draft, rng)
         out = draft[:n] + (t,)
         if len(out) == 1:
             out += (rows[out][0].sample(rng.random()),)
@@ -557,7 +557,7 @@ N_BLOCK = 50_000
 
 
 def test_block_sparse_samples_follow_the_target():
-    """verify_block_sparse, sampled N_BLOCK = 50,000 times on the hand-made
+    """accept_block_sparse, sampled N_BLOCK = 50,000 times on the hand-made
     pair: the first two output tokens follow the target's law. The check on
     the 16 two-token outcomes (df = 15) detects w >= 0.0359 with power 0.99;
     on the first token alone (df = 3), w >= 0.0301."""

@@ -189,7 +189,7 @@ def test_two_token_check_catches_a_biased_engine(engine, monkeypatch):
     def keep_all(p_row, q_draft, draft_tokens, rng):
         return len(draft_tokens), p_row(len(draft_tokens)).sample(rng.random())
 
-    monkeypatch.setattr(engine_module, "verify_sparse", keep_all)
+    monkeypatch.setattr(engine_module, "accept_tokens_sparse", keep_all)
     bins, expected = two_token_law(engine, PLAIN, None, N_RUNS)
     with pytest.raises(AssertionError, match="chi2"):
         assert_distributed_as(two_token_counts(engine, bins, N_RUNS), expected)

@@ -15,8 +15,8 @@ from specllama.sampling import (
     sparse_probs,
     sparse_residual,
     to_probs,
-    verify,
-    verify_sparse,
+    accept_tokens,
+    accept_tokens_sparse,
 )
 
 from .stats_helpers import (
@@ -56,40 +56,40 @@ def test_worked_example_acceptance_and_residual():
 def test_accept_branch_then_bonus():
     # x = 0: p/q = 0.5/0.6 = 0.833; u = 0.8 accepts. Bonus row cum = .1 .3 .6 1; u = .35 -> 2.
     p = np.stack([P_EX, [0.1, 0.2, 0.3, 0.4]])
-    assert verify(p, Q_EX[None], [0], Scripted(0.8, 0.35)) == (1, 2)
+    assert accept_tokens(p, Q_EX[None], [0], Scripted(0.8, 0.35)) == (1, 2)
 
 
 def test_reject_branch_samples_the_residual():
     # u = 0.84 > 0.833 rejects x = 0; residual cum = 0, 2/3, 1, 1.
     p = np.stack([P_EX, [0.25] * 4])
-    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.5)) == (0, 1)
-    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.7)) == (0, 2)
+    assert accept_tokens(p, Q_EX[None], [0], Scripted(0.84, 0.5)) == (0, 1)
+    assert accept_tokens(p, Q_EX[None], [0], Scripted(0.84, 0.7)) == (0, 2)
     # the residual never returns a token that q over-proposes (0 and 3 here)
-    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.0)) == (0, 1)
-    assert verify(p, Q_EX[None], [0], Scripted(0.84, 0.9999)) == (0, 2)
+    assert accept_tokens(p, Q_EX[None], [0], Scripted(0.84, 0.0)) == (0, 1)
+    assert accept_tokens(p, Q_EX[None], [0], Scripted(0.84, 0.9999)) == (0, 2)
 
 
 def test_p_above_q_always_accepts():
     # x = 1: p = 0.3 >= q = 0.2, accepted whatever the coin.
     p = np.stack([P_EX, [0.0, 0.0, 0.0, 1.0]])
-    assert verify(p, Q_EX[None], [1], Scripted(0.999999, 0.5)) == (1, 3)
+    assert accept_tokens(p, Q_EX[None], [1], Scripted(0.999999, 0.5)) == (1, 3)
 
 
 def test_all_accepted_gives_bonus_from_last_row():
     p = np.stack([P_EX, P_EX, [0.0, 0.0, 1.0, 0.0]])
     q = np.stack([Q_EX, Q_EX])
-    assert verify(p, q, [1, 2], Scripted(0.5, 0.5, 0.1)) == (2, 2)
+    assert accept_tokens(p, q, [1, 2], Scripted(0.5, 0.5, 0.1)) == (2, 2)
 
 
 def test_second_position_rejected_keeps_first():
     # x0 = 1 accepted; x1 = 3 has p/q = 0.5, u = 0.6 rejects; residual of row 1.
     p = np.stack([P_EX, P_EX, [1.0, 0.0, 0.0, 0.0]])
     q = np.stack([Q_EX, Q_EX])
-    assert verify(p, q, [1, 3], Scripted(0.1, 0.6, 0.9)) == (1, 2)
+    assert accept_tokens(p, q, [1, 3], Scripted(0.1, 0.6, 0.9)) == (1, 2)
 
 
 def test_zero_length_draft_is_plain_sampling():
-    assert verify(P_EX[None], np.empty((0, 4)), [], Scripted(0.85)) == (0, 2)
+    assert accept_tokens(P_EX[None], np.empty((0, 4)), [], Scripted(0.85)) == (0, 2)
 
 
 def test_q_zero_at_draft_token_is_a_rejection():
@@ -97,14 +97,14 @@ def test_q_zero_at_draft_token_is_a_rejection():
     # the residual max(0, p - q) decides.
     q = np.array([0.5, 0.5, 0.0, 0.0])
     p = np.stack([[0.25, 0.25, 0.25, 0.25], [1.0, 0, 0, 0]])
-    assert verify(p, q[None], [3], Scripted(0.0, 0.25)) == (0, 2)
+    assert accept_tokens(p, q[None], [3], Scripted(0.0, 0.25)) == (0, 2)
 
 
 def test_empty_residual_falls_back_to_p():
     # p == q, so max(0, p - q) sums to 0; a rejection (forced by q(x) = 0) samples p.
     pq = np.array([0.5, 0.5, 0.0])
     p = np.stack([pq, pq])
-    assert verify(p, pq[None], [2], Scripted(0.0, 0.75)) == (0, 1)
+    assert accept_tokens(p, pq[None], [2], Scripted(0.0, 0.75)) == (0, 1)
     np.testing.assert_allclose(residual(pq, pq), pq)
 
 
@@ -112,14 +112,14 @@ def test_non_finite_probabilities_are_refused():
     p = np.stack([[np.nan, 0.5, 0.5], [0.2, 0.3, 0.5]])
     q = np.array([[0.2, 0.3, 0.5]])
     with pytest.raises(ValueError, match="non-finite"):
-        verify(p, q, [0], Scripted(0.5, 0.5))
+        accept_tokens(p, q, [0], Scripted(0.5, 0.5))
     with pytest.raises(ValueError, match="mass"):
         sample_from(np.array([np.inf, 1.0]), 0.5)
 
 
 def test_shape_mismatch_is_refused():
     with pytest.raises(ValueError, match=r"p_target must have shape \(k\+1, V\) = \(3, V\)"):
-        verify(np.ones((2, 4)) / 4, np.ones((2, 4)) / 4, [0, 1], Scripted())
+        accept_tokens(np.ones((2, 4)) / 4, np.ones((2, 4)) / 4, [0, 1], Scripted())
 
 
 def test_sample_from_is_inverse_cdf_and_skips_zeros():
@@ -238,7 +238,7 @@ def test_sampling_params_defaults_and_frozen():
 N_RUNS = 12_000
 
 
-def run_two_positions(p_target, q_draft, n_runs, seed, verify_fn=verify):
+def run_two_positions(p_target, q_draft, n_runs, seed, verify_fn=accept_tokens):
     """Draft two tokens from q, verify; record the first emitted token, whether
     position 0 was accepted, and the second emitted token when it was."""
     rng = np.random.default_rng(seed)
@@ -381,13 +381,13 @@ BONUS = np.array([0.25, 0.25, 0.25, 0.25])
 
 
 def _first_tokens(n_runs: int, seed: int) -> np.ndarray:
-    """Counts of the first output token of ``verify`` (one draft from Q_BIAS)."""
+    """Counts of the first output token of ``accept_tokens`` (one draft from Q_BIAS)."""
     p_target, q_draft = np.stack([P_BIAS, BONUS]), Q_BIAS[None]
     rng = np.random.default_rng(seed)
     counts = np.zeros(4, dtype=np.int64)
     for _ in range(n_runs):
         x = sample_from(Q_BIAS, rng.random())
-        n_accepted, next_token = verify(p_target, q_draft, [x], rng)
+        n_accepted, next_token = accept_tokens(p_target, q_draft, [x], rng)
         counts[x if n_accepted else next_token] += 1
     return counts
 
@@ -556,7 +556,7 @@ def test_verify_sparse_equals_verify_with_the_same_draws():
         q_sparse = [sparse_probs(row, params) for row in draft_logits]
         tokens = [q.sample(rng.random()) for q in q_sparse]
         draws = list(rng.random(k + 2))
-        dense = verify(to_probs(target_logits, params), to_probs(draft_logits, params).reshape(k, v), tokens,
+        dense = accept_tokens(to_probs(target_logits, params), to_probs(draft_logits, params).reshape(k, v), tokens,
                        Scripted(*draws))
         reached = []
 
@@ -564,7 +564,7 @@ def test_verify_sparse_equals_verify_with_the_same_draws():
             reached.append(i)
             return sparse_probs(target_logits[i], params)
 
-        assert verify_sparse(p_row, q_sparse, tokens, Scripted(*draws)) == dense
+        assert accept_tokens_sparse(p_row, q_sparse, tokens, Scripted(*draws)) == dense
         assert max(reached, default=0) <= dense[0]
 
 

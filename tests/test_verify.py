@@ -175,8 +175,8 @@ def test_a_planted_bias_fails(tiny_pair, monkeypatch, rule):
     n = stats_helpers.samples_for_power(p, q, power=0.99, alpha=ALPHA)
     assert stats_helpers.power(n, p, q, alpha=ALPHA) >= 0.99
     assert n < 400  # the draft is far from the target: a short run suffices
-    monkeypatch.setattr(specllama.engine, "verify_sparse", keep_every_draft_token)
-    monkeypatch.setattr(specllama.engine, "verify_block_sparse", keep_every_draft_token)
+    monkeypatch.setattr(specllama.engine, "accept_tokens_sparse", keep_every_draft_token)
+    monkeypatch.setattr(specllama.engine, "accept_block_sparse", keep_every_draft_token)
     data = verify_json(tiny_pair, "-N", str(n), "--rule", rule, exit_code=1)
     first = data["checks"][0]
     assert (data["verdict"], first["passed"]) == ("FAIL", False)
@@ -214,7 +214,7 @@ def test_temperature_zero_catches_a_wrong_token(tiny_pair, monkeypatch):
         row = p_rows[0] if isinstance(p_rows, list) else p_rows(0)
         return 0, int(row.ids[0]) + 1
 
-    monkeypatch.setattr(specllama.engine, "verify_sparse", off_by_one)
+    monkeypatch.setattr(specllama.engine, "accept_tokens_sparse", off_by_one)
     data = verify_json(tiny_pair, "-N", "5", "--temp", "0", exit_code=1)
     first = data["checks"][0]
     assert (first["passed"], first["test"]["off_support"]) == (False, 5)

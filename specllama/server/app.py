@@ -4,7 +4,7 @@ extras (``/health``, ``/metrics``, ``/tokenize``, ``/detokenize``,
 
 Handlers only parse and format. A request body becomes
 ``SpeculativeLlama.create_*`` keyword arguments (:mod:`.schemas`); the
-call checks every value (``policy="openai"``) and returns the API's chunk
+call checks every value (``convention="openai"``) and returns the API's chunk
 stream, which the worker runs when its turn comes (:mod:`.worker`);
 answers are the API's own dicts (:mod:`.jobs`). Errors are OpenAI error
 objects (:mod:`.errors`), never a traceback.
@@ -35,8 +35,8 @@ from .errors import ApiError, from_value_error, internal_error, not_utf8, shutti
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
-from .schemas import (REFUSABLE, ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
-                      field_names, parse)
+from .schemas import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
+                      parse)
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
 
@@ -109,8 +109,7 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
                 chunks = await asyncio.get_running_loop().run_in_executor(
                     intake, partial(create, model=settings.alias, **kwargs))
             except ValueError as e:  # the API's one validator said no
-                raise from_value_error(e, fields=field_names(model), prompt_field=prompt_field, renames=renames,
-                                       refusable=REFUSABLE) from None
+                raise from_value_error(e, prompt_field=prompt_field, renames=renames) from None
             job = AsyncJob(chunks, endpoint=endpoint, arrived=arrived)
             try:
                 worker.submit(job)

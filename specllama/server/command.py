@@ -12,7 +12,7 @@ import os
 
 import click
 
-from ..cli import _n_predict, boundary, model_options
+from ..cli_flags import boundary, chat_format_option, generation_flags, model_options, n_predict_option
 from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, WEB_DIR, RequestDefaults, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -29,13 +29,11 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
 @click.option("--alias", default=None, help="The model id the server reports (default: the target's file name).")
 @click.option("--max-queue", type=click.IntRange(min=0), default=DEFAULT_MAX_QUEUE, show_default=True,
               help="Requests that may wait behind the running one; more get 503 with Retry-After.")
-@click.option("--chat-format", default=None,
-              help="A named chat format (chatml, gemma, llama-3, ...) instead of the model's own template.")
+@chat_format_option
 @click.option("--cors-origin", "cors_origins", multiple=True,
               help="Allow cross-origin requests from this origin (repeatable; '*': any). None by default.")
-@click.option("-n", "--n-predict", "n_predict", type=click.IntRange(min=-1), default=-1, show_default=True,
-              callback=_n_predict, help="max_tokens of a request that gives none (-1: until the model stops "
-                                        "or the context is full).")
+@n_predict_option(-1, "max_tokens of a request that gives none (-1: until the model stops or the context is "
+                      "full).")
 @click.option("--no-webui", is_flag=True, help="Do not serve the web page at / (the API only).")
 @boundary
 def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, host, port, api_key, alias,
@@ -46,25 +44,17 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     Fields a request omits take the sampling flags here. One request runs at
     a time, in arrival order. Stop with Ctrl-C or SIGTERM.
     """
-    from ..chat_template import check_chat_format
-    from ..options import generation_kwargs
-
     if o["ignore_eos"]:
         raise click.ClickException("--ignore-eos is not supported by serve (a request ends at the model's end "
                                    "of generation)")
     if o["color"] != "auto":
         raise click.ClickException("--color is for generate and chat: serve prints no generated text")
 
-    try:
-        check_chat_format(chat_format)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
     defaults = RequestDefaults(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
                                repeat_penalty=o["repeat_penalty"], presence_penalty=o["presence_penalty"],
                                frequency_penalty=o["frequency_penalty"], max_tokens=n_predict)
     # the defaults must pass the rules requests are held to, before anything loads
-    generation_kwargs(policy="openai", n_vocab=1, max_tokens=n_predict, draft_max=o["draft_max"],
-                      draft_min=o["draft_min"], rule=o["rule"], **defaults.sampling())
+    generation_flags(dict(o, **defaults.sampling()), convention="openai", max_tokens=n_predict)
 
     from .app import create_app
     from ..api import SpeculativeLlama
@@ -79,7 +69,7 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     worker = Worker(lambda: SpeculativeLlama(
         model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
-        adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, policy="openai",
+        adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, convention="openai",
         last_n_tokens_size=o["repeat_last_n"], rpc_servers=o["rpc"], rpc_servers_draft=o["rpc_draft"],
         tensor_split=o["tensor_split"]), max_queue=max_queue)
     try:

@@ -2,23 +2,22 @@
 
 Every error the server returns is ``{"error": {"message", "type", "param",
 "code"}}`` with a 4xx or 5xx status. Value checks are not made here: the API
-(:mod:`specllama.options`, the one validator) raises ``ValueError`` naming
-the option, and :func:`from_value_error` only finds the field in that
-message and picks the status and code.
+(:mod:`specllama.options`, the one validator) raises a
+:class:`~specllama.errors.SpecLlamaError` that carries the option's name
+(``param``) and why (``code``); :func:`from_value_error` only renames the
+field to the request's name for it.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Mapping
+
+from ..errors import INVALID_VALUE
 
 INVALID = "invalid_request_error"
 SERVER = "server_error"
-
-# the start of the API's message for a prompt that does not fit (generate.tokenize_prompt)
-CONTEXT_EXCEEDED = "the prompt is "
-CONTEXT_MARK = "but the context (-c/--ctx-size) holds"
-_LEADING_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)((?:\[[^\]]*\])*)")
+#: the API's name for the prompt (the request's is "prompt" or "messages")
+PROMPT = "prompt"
 
 
 class ApiError(Exception):
@@ -34,36 +33,32 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-def from_value_error(error: ValueError, *, fields: set[str], prompt_field: str,
-                     renames: Mapping[str, str] | None = None, refusable: set[str] = frozenset()) -> ApiError:
+def from_value_error(error: ValueError, *, prompt_field: str, renames: Mapping[str, str] | None = None) -> ApiError:
     """A 400 for a ``ValueError`` raised by the API on a request's values.
 
     Args:
-        error: its message starts with the option's name (``"temperature must
-            be ..."``, ``"stop[0] must be ..."``, ``"messages[2] has role ..."``)
-            or with ``"the prompt"``.
-        fields: the request's field names (others in the message are not params).
-        prompt_field: "prompt" or "messages".
+        error: a ``SpecLlamaError`` names its field (``param``: ``temperature``,
+            ``stop[0]``, ``messages[2].content``) and its ``code``; another
+            ``ValueError`` has neither.
+        prompt_field: the request's name for the prompt, "prompt" or "messages".
         renames: API name -> the request's name for it (``draft_max`` ->
-            ``speculative.n_max``); the message is reworded to match.
-        refusable: fields refused unless neutral (their code is ``unsupported_parameter``).
+            ``speculative.n_max``): the param, and the message that starts
+            with the name, are said in the request's words.
     """
-    message = str(error)
     if isinstance(error, UnicodeError):  # text JSON can carry but UTF-8 cannot (a lone surrogate)
         return not_utf8(prompt_field, error)
-    if message.startswith(CONTEXT_EXCEEDED) and CONTEXT_MARK in message:
-        return ApiError(400, message, param=prompt_field, code="context_length_exceeded")
-    if message.startswith("the prompt"):
-        return ApiError(400, message, param=prompt_field, code="invalid_value")
-    m = _LEADING_NAME.match(message)
-    name = m.group(1) if m else ""
-    if renames and name in renames:
-        message = renames[name] + message[len(name):]
-        name = renames[name]
-    if name not in fields:
-        return ApiError(400, message, code="invalid_value")
-    code = "unsupported_parameter" if name in refusable else "invalid_value"
-    return ApiError(400, message, param=name + (m.group(2) if m else ""), code=code)
+    message = str(error)
+    param: str | None = getattr(error, "param", None)
+    code: str = getattr(error, "code", None) or INVALID_VALUE
+    if param is not None:
+        head = param.split("[", 1)[0]
+        if head == PROMPT:
+            param = prompt_field + param[len(head):]
+        elif renames and head in renames:
+            if message.startswith(head):
+                message = renames[head] + message[len(head):]
+            param = renames[head] + param[len(head):]
+    return ApiError(400, message, param=param, code=code)
 
 
 def not_utf8(field: str, error: UnicodeError) -> ApiError:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..stats import GenerationStats
-from .errors import ApiError, internal_error, shutting_down
+from .errors import PROMPT, ApiError, from_value_error, internal_error, shutting_down
 from .worker import CANCELLED, ERROR, OK, SHUTDOWN, Worker
 
 CLIENT_GONE = 499  # nginx's "client closed request": only the log sees it
@@ -80,7 +80,7 @@ class AsyncJob:
         if self.outcome == SHUTDOWN:
             return shutting_down()
         if self.outcome == ERROR and isinstance(self.error, ValueError):
-            return ApiError(400, str(self.error), code="invalid_value")
+            return from_value_error(self.error, prompt_field=PROMPT)
         return internal_error()
 
 

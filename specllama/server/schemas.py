@@ -2,10 +2,10 @@
 and their translation into ``SpeculativeLlama`` keyword arguments.
 
 The models check JSON *types* only (strict: ``"0.5"`` is not a number).
-Values are checked once, by the API under ``policy="openai"``
-(:mod:`specllama.options`); this module only renames fields, fills in the
-server's defaults for omitted sampling fields, and refuses what the API has
-no name for. Fields that do not change the output (``user``, ``metadata``,
+Values are checked once, by the API under ``convention="openai"``
+(:mod:`specllama.options`, which also refuses what is not supported: its
+``REFUSED`` table); this module only renames fields and fills in the
+server's defaults for omitted sampling fields. Fields that do not change the output (``user``, ``metadata``,
 ...) and unknown ones are ignored.
 """
 
@@ -17,23 +17,13 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..options import REFUSED
 from .errors import ApiError
 from .settings import RequestDefaults
 
-# llama-server sampler options SpeculativeLlama has no argument for: refused
-# unless neutral (the API refuses its own: suffix, typical_p, tfs_z,
-# mirostat_mode, grammar, response_format, tools, ...).
-SERVER_NEUTRAL: dict[str, Any] = {
-    "dry_multiplier": 0.0,
-    "xtc_probability": 0.0,
-    "dynatemp_range": 0.0,
-    "top_n_sigma": -1.0,
-    "json_schema": None,
-}
-# the names (HTTP side) of every option refused unless neutral
-REFUSABLE = set(SERVER_NEUTRAL) | {"suffix", "typical_p", "tfs_z", "mirostat", "mirostat_mode", "grammar",
-                                   "response_format", "tools", "tool_choice", "functions", "function_call"}
 NO_TOOL_CHOICE = (None, "none", "auto")  # harmless without tools
+#: request field -> the API's name for it, where they differ (llama-server's ``mirostat``)
+API_NAMES = {"mirostat": "mirostat_mode"}
 
 
 class _Strict(BaseModel):
@@ -95,11 +85,6 @@ class _Generation(_Strict):
             if value is not None and value != 1:
                 raise ApiError(400, f"{name} must be 1 (one choice per request is supported), got {value}",
                                param=name, code="unsupported_value")
-        for name, neutral in SERVER_NEUTRAL.items():
-            value = getattr(self, name)
-            if value is not None and value != neutral:
-                raise ApiError(400, f"{name}={value!r} is not supported by speculative decoding here "
-                                    f"(leave it at {neutral!r})", param=name, code="unsupported_parameter")
         kwargs = defaults.sampling()
         for name in kwargs:
             if getattr(self, name) is not None:
@@ -114,15 +99,24 @@ class _Generation(_Strict):
         if n_max is not None:
             kwargs["draft_max"] = n_max
             renames["draft_max"] = "speculative.n_max"
-        for name in ("typical_p", "tfs_z", "mirostat_mode"):
-            if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
-        if self.mirostat is not None:
-            kwargs["mirostat_mode"] = self.mirostat
-            renames["mirostat_mode"] = "mirostat"
-        if self.grammar:
-            kwargs["grammar"] = self.grammar
+        # the options the API refuses unless neutral (options.REFUSED) go to it as given
+        for name in type(self).model_fields:
+            api_name = API_NAMES.get(name, name)
+            value = getattr(self, name)
+            if api_name in REFUSED and value is not None and self._given(name, value):
+                kwargs[api_name] = value
+                if api_name != name:
+                    renames[api_name] = name
         return kwargs, renames
+
+    def _given(self, name: str, value: Any) -> bool:
+        """Whether a refusable field says more than "nothing" (an empty
+        string or list, a text response format, a tool choice without tools)."""
+        if name == "response_format":
+            return value.get("type") != "text"
+        if name in ("tool_choice", "function_call"):
+            return value not in NO_TOOL_CHOICE
+        return not (isinstance(value, (str, list)) and not value)
 
 
 class CompletionRequest(_Generation):
@@ -145,8 +139,6 @@ class CompletionRequest(_Generation):
                                code="unsupported_value")
             prompt = prompt[0]
         kwargs.update(prompt=prompt, echo=bool(self.echo), logprobs=self.logprobs)
-        if self.suffix:
-            kwargs["suffix"] = self.suffix
         return kwargs, renames
 
 
@@ -171,13 +163,6 @@ class ChatCompletionRequest(_Generation):
             renames["max_tokens"] = "max_completion_tokens"
         renames["logprobs"] = "top_logprobs"  # the API checks top_logprobs as "logprobs"
         kwargs.update(messages=self.messages, logprobs=bool(self.logprobs), top_logprobs=self.top_logprobs)
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            kwargs["response_format"] = self.response_format
-        for name, choice in (("tools", "tool_choice"), ("functions", "function_call")):
-            if getattr(self, name):
-                kwargs[name] = getattr(self, name)
-            if getattr(self, choice) not in NO_TOOL_CHOICE:
-                kwargs[choice] = getattr(self, choice)
         return kwargs, renames
 
 
@@ -194,11 +179,6 @@ class DetokenizeRequest(_Strict):
     """``POST /detokenize``."""
 
     tokens: list[int]
-
-
-def field_names(model: type[BaseModel]) -> set[str]:
-    """Every name a request may use for a field (aliases included)."""
-    return {f.alias or name for name, f in model.model_fields.items()} | {"speculative.n_max"}
 
 
 def parse(model: type[BaseModel], data: object):
