@@ -36,7 +36,8 @@ def test_only_the_backend_imports_llama_cpp():
 def test_a_draft_with_a_smaller_context_stops_drafting_not_generating(tiny_pair):
     """Only the draft is out of room: drafting stops there, and the target
     goes on to its own full context, with target-only decoding's tokens."""
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=128), LlamaModel(tiny_pair[1], n_ctx=40))
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=128, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=40, n_threads=1))
     prompt = engine.target.tokenize(PROMPT)
     base = generate(engine, prompt, params=GREEDY, draft_max=0, max_tokens=None)
     spec = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=None, adaptive=False)
@@ -50,8 +51,8 @@ def test_a_draft_with_a_smaller_context_stops_drafting_not_generating(tiny_pair)
 
 @pytest.mark.parametrize("draft_max", [0, 4])
 def test_a_draft_llama_with_a_smaller_context_through_the_api(tiny_pair, draft_max):
-    draft = llama_cpp.Llama(tiny_pair[1], n_ctx=64, verbose=False)
-    with SpeculativeLlama(tiny_pair[0], draft, n_ctx=256, draft_max=draft_max, adaptive=False) as s:
+    draft = llama_cpp.Llama(tiny_pair[1], n_ctx=64, verbose=False, n_threads=1)
+    with SpeculativeLlama(tiny_pair[0], draft, n_ctx=256, draft_max=draft_max, adaptive=False, n_threads=1) as s:
         out = s.create_completion(PROMPT, max_tokens=200, temperature=0)
     draft.close()
     assert out["usage"]["completion_tokens"] == 200 and out["choices"][0]["finish_reason"] == "length"
@@ -61,7 +62,8 @@ def test_a_draft_llama_with_a_smaller_context_through_the_api(tiny_pair, draft_m
 def test_drafts_never_exceed_one_batch(tiny_pair):
     """--draft-max 1000 with a 512-token batch: k is capped, nothing fails,
     and the text is target-only decoding's to the last token of the context."""
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=700), LlamaModel(tiny_pair[1], n_ctx=700))
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=700, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=700, n_threads=1))  # see conftest.open_tiny_engine
     assert engine.target.n_batch == 512
     prompt = engine.target.tokenize(PROMPT)
     spec = generate(engine, prompt, params=GREEDY, draft_max=1000, max_tokens=None, adaptive=False)
