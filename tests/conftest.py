@@ -17,20 +17,16 @@ TINY_CTX = 512
 USER_STATE = {"SPECLLAMA_COSTS_FILE": "costs.json", "LLM_USER_PATH": "llm", "SPECLLAMA_HISTORY_FILE": "chat_history"}
 
 
-def point_user_state_at(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-    for variable, name in USER_STATE.items():
-        monkeypatch.setenv(variable, str(folder / name))
-
-
 @pytest.fixture(scope="session", autouse=True)
-def session_user_state(tmp_path_factory):
+def session_user_state(tmp_path_factory) -> None:
     """For what outlives one test (a module's server process, a module's
-    model that saves its costs when it closes): a folder for the session."""
+    model that saves its costs when it closes): a folder for the session.
+    Left set until the process ends, not undone: models closed at exit (the
+    llm plugin's, by atexit) save their costs then."""
     folder = tmp_path_factory.mktemp("user-state")
-    with pytest.MonkeyPatch.context() as mp:
-        point_user_state_at(mp, folder)
-        mp.setenv("MPLCONFIGDIR", str(folder / "matplotlib"))  # its font cache, built once a session (the plots)
-        yield
+    for variable, name in USER_STATE.items():
+        os.environ[variable] = str(folder / name)
+    os.environ["MPLCONFIGDIR"] = str(folder / "matplotlib")  # its font cache, built once a session (the plots)
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +34,8 @@ def user_state(monkeypatch, tmp_path) -> Path:
     """Every test's costs file, llm user folder and chat history in its own
     ``tmp_path`` (subprocesses inherit them); a test of the cost cache reads
     ``SPECLLAMA_COSTS_FILE`` or points it elsewhere."""
-    point_user_state_at(monkeypatch, tmp_path)
+    for variable, name in USER_STATE.items():
+        monkeypatch.setenv(variable, str(tmp_path / name))
     return tmp_path
 
 

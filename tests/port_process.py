@@ -3,12 +3,12 @@ waited for until it answers, its output kept in a file, stopped by a signal."""
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from signal import SIGTERM
 
 
 def free_port() -> int:
@@ -67,13 +67,13 @@ class PortProcess:
             self._log_file.flush()
         return self.log.read_text(errors="replace")
 
-    def signal(self, sig: int = signal.SIGTERM) -> None:
+    def signal(self, sig: int = SIGTERM) -> None:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 
-    def stop(self, sig: int = signal.SIGTERM) -> int:
+    def stop(self, sig: int = SIGTERM) -> int:
         """Send ``sig`` (a kill after ``stop_seconds``); the exit status."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
