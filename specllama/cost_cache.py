@@ -1,7 +1,7 @@
 """Measured costs remembered between processes: per (pair, machine, offload
 settings), the draft-length policy's timings and acceptance record, in
-``$SPECLLAMA_CACHE/costs.json``. A new process starts informed instead of
-learning from its own cold first passes."""
+:func:`costs_file` (beside the built demo models, not among them). A new
+process starts informed instead of learning from its own cold first passes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import platform
 import time
 from pathlib import Path
 
-from .demo import cache_dir
-
-COSTS_FILE = "costs.json"
+FILE_VARIABLE = "SPECLLAMA_COSTS_FILE"  # the file's full path, instead of the default
 OFF_VARIABLE = "SPECLLAMA_COST_CACHE"  # "0": neither read nor write (a cold start every time)
 MAX_ENTRIES = 64  # the oldest entries go first
 
@@ -40,13 +38,16 @@ def cost_key(target_path: str, draft_path: str | None, *, build: str = "", **set
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 
-def _path() -> Path:
-    return cache_dir() / COSTS_FILE
+def costs_file() -> Path:
+    """Where remembered costs live: ``$SPECLLAMA_COSTS_FILE``, else
+    ``~/.cache/specllama-costs/costs.json``."""
+    env = os.environ.get(FILE_VARIABLE)
+    return Path(env) if env else Path.home() / ".cache" / "specllama-costs" / "costs.json"
 
 
 def _read() -> dict:
     try:
-        data = json.loads(_path().read_text(encoding="utf-8"))
+        data = json.loads(costs_file().read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}  # none yet, or unreadable: start afresh
@@ -75,7 +76,7 @@ def save(key: str, snapshot: dict) -> None:
         for old in sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)[
                 : len(data) - MAX_ENTRIES]:
             del data[old]
-    path = _path()
+    path = costs_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

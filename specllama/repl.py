@@ -28,6 +28,7 @@ it does nothing."""
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 COMMANDS = ("/help", "/stats", "/reset", "/system", "/exit")
+HISTORY_VARIABLE = "SPECLLAMA_HISTORY_FILE"  # the history file's full path, instead of the cache folder's
 
 
 class EndInsideBlock(EOFError):
@@ -46,7 +47,7 @@ def _setup_line_editing() -> Callable[[], None]:
         import readline
     except ImportError:  # Windows without pyreadline
         return lambda: None
-    path = os.path.join(cache_dir(), "chat_history")
+    path = os.environ.get(HISTORY_VARIABLE) or os.path.join(cache_dir(), "chat_history")
     try:
         readline.read_history_file(path)
     except OSError:

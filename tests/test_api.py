@@ -3,6 +3,8 @@ logits processors, penalties and prompt-lookup drafts, threads, bad input."""
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 import time
 
@@ -11,11 +13,15 @@ import numpy as np
 import pytest
 
 from specllama import SpeculativeLlama
+from specllama.generate import generate
 from specllama.sampling import SamplingParams, to_probs
 
+from .conftest import PIRATE
 from .stats_helpers import assert_distributed_as, detectable_effect, pooled_bins
 
 PROMPT = "once upon a time there lived a king"
+OTHER = "the dog said hello"
+GREEDY = SamplingParams(temperature=0)
 EOS = 2
 # one llama.cpp thread: the tiny models gain nothing from more, and on a busy
 # machine threads that wait on each other run ten times slower
@@ -34,6 +40,10 @@ def spec(tiny_pair):
     with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, seed=0, draft_max=3, adaptive=False,
                           n_threads=THREADS) as s:
         yield s
+
+
+def text_of(out: dict) -> str:
+    return out["choices"][0]["text"]
 
 
 def shape(obj, top: bool = True):
@@ -331,3 +341,269 @@ def test_unsupported_options_are_refused(spec):
         spec.create_completion(PROMPT, suffix="x")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         spec.create_completion(PROMPT, colour="red")
+
+
+# -- what a chat prompt holds: the system message, content parts ---------------
+
+
+def chat_messages(system: str | None, user: str = "once upon a time") -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+
+
+def test_a_system_prompt_reaches_the_model(spec):
+    """usage.prompt_tokens with a system message is the token count of the
+    rendered prompt, which holds the system text, and differs from without."""
+    system = "you are a king of the house"
+    counts = {}
+    for with_system in (False, True):
+        messages = chat_messages(system if with_system else None)
+        rendered = spec.chat_template().render(messages)
+        assert (system in rendered.text) == with_system
+        out = spec.create_chat_completion(messages, max_tokens=4, temperature=0)
+        tokens = spec.tokenize(rendered.text.encode(), add_bos=not rendered.has_bos)
+        assert out["usage"]["prompt_tokens"] == len(tokens)
+        counts[with_system] = len(tokens)
+    n_system = len(spec.tokenize(system.encode(), add_bos=False))
+    assert counts[True] >= counts[False] + n_system
+
+
+def test_content_parts_are_joined(spec):
+    parts = [{"type": "text", "text": "once upon"}, {"type": "text", "text": "a time"}]
+    joined = spec.create_chat_completion([{"role": "user", "content": parts}], max_tokens=6, temperature=0)
+    plain = spec.create_chat_completion([{"role": "user", "content": "once upon\na time"}], max_tokens=6,
+                                        temperature=0)
+    assert joined["usage"] == plain["usage"]
+    assert joined["choices"][0]["message"] == plain["choices"][0]["message"]
+    empty = spec.create_chat_completion([{"role": "user", "content": ""}], max_tokens=1, temperature=0)
+    assert joined["usage"]["prompt_tokens"] > empty["usage"]["prompt_tokens"] + 3  # the parts' text is there
+
+
+@pytest.mark.parametrize("message, error", [
+    ({"role": "user", "content": None},
+     r"messages\[0\] has no 'content' \(a string, or a list of text parts, is needed\)"),
+    ({"role": "wizard", "content": "abracadabra"},
+     r"messages\[0\] has role 'wizard'; accepted roles: system, developer \(as system\), user, assistant"),
+])
+def test_no_content_or_an_unknown_role_is_an_error_naming_the_message(spec, message, error):
+    with pytest.raises(ValueError, match=error):
+        spec.create_chat_completion([message], max_tokens=2)
+
+
+def test_a_message_without_a_content_key_is_an_error(spec):
+    with pytest.raises(ValueError, match=r"^messages\[0\] has no 'content' \(a string, or a list of text parts, "
+                                         r"is needed\)$"):
+        spec.create_chat_completion([{"role": "user"}])
+
+
+def test_a_system_prompt_on_the_demo_target_opens_the_first_user_turn(demo_llm):
+    """Gemma's GGUF has no template: the gemma format puts the system text at
+    the start of the first user turn (llama-cpp-python's drops it: 10 prompt
+    tokens with or without it)."""
+    plain = demo_llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, temperature=0)
+    pirate = demo_llm.create_chat_completion([{"role": "system", "content": PIRATE},
+                                              {"role": "user", "content": "hi"}], max_tokens=2, temperature=0)
+    text = demo_llm.chat_template().render([{"role": "system", "content": PIRATE},
+                                            {"role": "user", "content": "hi"}]).text
+    assert text == f"<start_of_turn>user\n{PIRATE}\n\nhi<end_of_turn>\n<start_of_turn>model\n"
+    n_system = len(demo_llm.tokenize(f"{PIRATE}\n\n".encode(), add_bos=False))
+    assert plain["usage"]["prompt_tokens"] == 10
+    assert pirate["usage"]["prompt_tokens"] == len(demo_llm.tokenize(text.encode())) == 10 + n_system
+
+
+# -- an abandoned stream never blocks a later call --------------------------------
+
+
+def within(seconds: float, fn):
+    """Run ``fn`` in a daemon thread: a call that hangs fails the test
+    instead of hanging the suite."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised below)
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.fixture
+def llm(tiny_pair):
+    """An instance of its own: a regression must not leave a shared one locked."""
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, draft_max=3, adaptive=False,
+                          n_threads=THREADS) as s:
+        yield s
+
+
+def solo_text(tiny_pair, prompt: str, max_tokens: int) -> str:
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, draft_max=3, adaptive=False,
+                          n_threads=THREADS) as s:
+        return text_of(s.create_completion(prompt, max_tokens=max_tokens, temperature=0))
+
+
+def abandon_by_next_twice(llm):
+    it = llm.create_completion(PROMPT, max_tokens=30, temperature=0, stream=True)
+    next(it)
+    next(it)
+    return it
+
+
+def abandon_by_break(llm):
+    it = llm.create_completion(PROMPT, max_tokens=30, temperature=0, stream=True)
+    for _ in it:
+        break
+    return it
+
+
+def abandon_generate(llm):
+    it = llm.generate(llm.tokenize(PROMPT.encode()), temp=0)
+    next(it)
+    next(it)
+    return it
+
+
+@pytest.mark.parametrize("abandon", [abandon_by_next_twice, abandon_by_break, abandon_generate])
+def test_an_abandoned_stream_does_not_block_the_same_thread(llm, tiny_pair, abandon):
+    def scenario():
+        it = abandon(llm)
+        text = text_of(llm.create_completion(OTHER, max_tokens=20, temperature=0))
+        tokens = list(llm.generate(llm.tokenize(OTHER.encode()), temp=0, stopping_criteria=lambda ids, _: True))
+        return it, text, tokens
+
+    it, text, tokens = within(60, scenario)
+    assert text == solo_text(tiny_pair, OTHER, 20)
+    assert len(tokens) == 1
+    assert list(it) == []  # the later call closed the abandoned stream
+
+
+def test_another_thread_waits_for_an_abandoned_stream_until_its_thread_calls_again(llm, tiny_pair):
+    """Thread A abandons a stream mid-way; thread B's call waits (A could
+    still resume it); A's next call closes it and runs; then B's runs. Each
+    text is its solo text."""
+    abandoned = threading.Event()
+    go_on = threading.Event()
+    results: dict[str, str] = {}
+
+    def a():
+        it = abandon_by_next_twice(llm)
+        abandoned.set()
+        assert go_on.wait(30)
+        results["A"] = text_of(llm.create_completion(OTHER, max_tokens=20, temperature=0))
+        return it
+
+    def b():
+        results["B"] = text_of(llm.create_completion(PROMPT, max_tokens=20, temperature=0))
+
+    thread_a = threading.Thread(target=a, daemon=True)
+    thread_a.start()
+    assert abandoned.wait(30)
+    thread_b = threading.Thread(target=b, daemon=True)
+    thread_b.start()
+    time.sleep(0.5)
+    assert thread_b.is_alive() and results == {}  # B waits: A's stream could still be resumed by A
+    go_on.set()
+    thread_a.join(60)
+    thread_b.join(60)
+    assert not thread_a.is_alive() and not thread_b.is_alive()
+    assert results == {"A": solo_text(tiny_pair, OTHER, 20), "B": solo_text(tiny_pair, PROMPT, 20)}
+
+
+# -- bad arguments name themselves ----------------------------------------------
+
+
+@pytest.mark.parametrize("bias, error", [
+    ({-1: 100}, r"logit_bias key -1 is not a token id in 0\.\.{last}$"),
+    ({10**9: 1}, r"logit_bias key 1000000000 is not a token id in 0\.\.{last}$"),
+    ({"abc": 1}, r"logit_bias key 'abc' is not a token id in 0\.\.{last}$"),
+    ({"-1": 1}, r"logit_bias key '-1' is not a token id in 0\.\.{last}$"),
+    ({100: math.nan}, r"logit_bias\[100\] must be a finite number, got nan$"),
+    ({100: math.inf}, r"logit_bias\[100\] must be a finite number, got inf$"),
+    ({100: "2"}, r"logit_bias\[100\] must be a finite number, got '2'$"),
+])
+def test_a_bad_logit_bias_names_the_key(spec, bias, error):
+    last = spec.engine.target.n_vocab - 1
+    with pytest.raises(ValueError, match=error.format(last=last)):
+        spec.create_completion(PROMPT, max_tokens=2, logit_bias=bias)
+    with pytest.raises(ValueError, match=error.format(last=last)):
+        spec.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, logit_bias=bias)
+
+
+def test_a_logit_bias_key_may_be_a_json_style_string(spec):
+    (queen,) = spec.tokenize(b"queen", add_bos=False)
+    as_string = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logit_bias={str(queen): 100.0})
+    as_int = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logit_bias={queen: 100.0})
+    assert text_of(as_string) == text_of(as_int) == " queen queen queen"
+
+
+@pytest.mark.parametrize("bad", [10**7, -5])
+def test_a_prompt_token_out_of_range_is_refused_and_the_instance_still_works(spec, bad):
+    last = spec.engine.target.n_vocab - 1
+    error = rf"^prompt token id {bad} is out of range 0\.\.{last}$"
+    with pytest.raises(ValueError, match=error):
+        spec.create_completion([1, 372, bad], max_tokens=2)
+    with pytest.raises(ValueError, match=error):
+        spec.generate([1, bad])
+    with pytest.raises(ValueError, match=error):
+        generate(spec.engine, [1, bad], params=GREEDY)
+    # and the instance still works
+    assert spec.create_completion([1, 372], max_tokens=2, temperature=0)["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("stop, error", [
+    (5, r"^stop must be a string or a list of strings, got 5$"),
+    ([5], r"^stop\[0\] must be a string, got 5 \(stop takes a string or a list of strings\)$"),
+    (["ok", None], r"^stop\[1\] must be a string, got None \(stop takes a string or a list of strings\)$"),
+])
+def test_a_bad_stop_names_stop(spec, stop, error):
+    with pytest.raises(ValueError, match=error):
+        spec.create_completion(PROMPT, max_tokens=2, stop=stop)
+    with pytest.raises(ValueError, match=error):
+        spec.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, stop=stop)
+
+
+# -- drop-in differences from llama-cpp-python -----------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, -3, None])
+def test_max_tokens_below_one_fills_the_context_as_llama_cpp(spec, reference, value):
+    """llama-cpp-python: max_tokens None or <= 0 generates until the context
+    (n_ctx minus the prompt) is full; the same text, token for token."""
+    ours = spec.create_completion(PROMPT, max_tokens=value, temperature=0)
+    theirs = reference.create_completion(PROMPT, max_tokens=value, temperature=0)
+    assert text_of(ours) == text_of(theirs)
+    assert ours["usage"] == theirs["usage"]
+    assert ours["usage"]["total_tokens"] == 256 or ours["choices"][0]["finish_reason"] == "stop"
+
+
+def test_top_p_zero_keeps_the_likeliest_token(spec, reference):
+    greedy = text_of(spec.create_completion(PROMPT, max_tokens=24, temperature=0))
+    for seed in (1, 2):
+        assert text_of(spec.create_completion(PROMPT, max_tokens=24, temperature=0.8, top_p=0, seed=seed)) == greedy
+    assert text_of(reference.create_completion(PROMPT, max_tokens=24, temperature=0.8, top_p=0, seed=1)) == greedy
+    assert text_of(spec.create_completion(PROMPT, max_tokens=24, temperature=0.8, top_p=1, seed=1)) != greedy
+
+
+# -- memory ------------------------------------------------------------------------
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_memory_stays_flat_over_200_calls(spec):
+    for _ in range(20):  # warm: buffers, caches
+        spec.create_completion(PROMPT, max_tokens=8, temperature=0.8)
+        spec.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=8)
+    before = rss_mb()
+    for i in range(100):
+        spec.create_completion(PROMPT, max_tokens=8, temperature=0.8, seed=i)
+        list(spec.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=8, stream=True))
+    assert rss_mb() - before < 2.0  # measured: +0.1 MB

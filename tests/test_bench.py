@@ -7,11 +7,11 @@ import json
 import re
 
 import pytest
-from click.testing import CliRunner
 
 from specllama.bench import TABLE_COLUMNS, load_prompts, predicted_speedup
-from specllama.cli import main
 from specllama.options import DEFAULT_RULE
+
+from .cli_helpers import invoke, one_line_error
 
 ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "acceptance_rate",
             "tokens_per_pass", "overhead_ms", "predicted_speedup", "efficiency", "draft_ms_per_token",
@@ -19,7 +19,7 @@ ROW_KEYS = {"temperature", "draft_max", "target_tps", "spec_tps", "speedup", "ac
 
 
 def bench(tiny_pair, *args: str):
-    return CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "1024", "-t", "1", *args])
+    return invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "1024", "-t", "1", *args)
 
 
 def test_predicted_speedup_formula():
@@ -117,13 +117,6 @@ def test_prompts_file_text_and_jsonl(tmp_path, tiny_pair):
     assert json.loads(r.stdout)["prompts"] == ["kings", "line 3"]
 
 
-def one_line_error(r) -> str:
-    assert r.exit_code != 0
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
-    return lines[0]
-
-
 @pytest.mark.parametrize(
     "args, text",
     [
@@ -138,7 +131,7 @@ def one_line_error(r) -> str:
     ],
 )
 def test_bad_input(tiny_pair, args, text):
-    r = CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], *args])
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], *args)
     assert text in one_line_error(r)
 
 
@@ -147,3 +140,39 @@ def test_empty_prompts_file(tmp_path, tiny_pair):
     f.write_text("\n  \n")
     r = bench(tiny_pair, "--prompts", str(f))
     assert f"prompts file {str(f)!r} is empty" in one_line_error(r)
+
+
+@pytest.mark.parametrize("line, shown", [('{"prompt": null}', "None"), ('{"prompt": ""}', "''"),
+                                         ('{"prompt": "   "}', "'   '"), ('{"prompt": 5}', "5")])
+def test_a_null_or_empty_prompt_is_an_error_naming_the_line(tiny_pair, tmp_path, line, shown):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "the cat"}\n' + line + "\n")
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(f))
+    assert one_line_error(r, 1) == f'Error: {str(f)!r} line 2: "prompt" must be a non-empty string, got {shown}'
+
+
+def test_a_prompts_file_that_is_not_utf8_is_one_line(tiny_pair, tmp_path):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(b"hello\n\xe9t\xe9\n")
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(f))
+    assert one_line_error(r, 1) == f"Error: prompts file {str(f)!r} is not UTF-8 text (byte 0xe9 at offset 6)"
+
+
+def test_a_malformed_json_line_is_one_line_naming_it(tiny_pair, tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "the cat"}\n{"prompt": "hello"\n')
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(f))
+    assert one_line_error(r, 1) == f"Error: {str(f)!r} line 2 is not valid JSON (Expecting ',' delimiter at column 19)"
+
+
+def test_a_json_line_without_a_prompt_key_is_one_line(tiny_pair, tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"text": "the cat"}\n')
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(f))
+    assert one_line_error(r, 1) == f'Error: {str(f)!r} line 1: a JSON line needs a "prompt" key'
+
+
+def test_a_directory_for_prompts_is_refused(tiny_pair, tmp_path):
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(tmp_path))
+    assert one_line_error(r, 1) == (f"Error: prompts file {str(tmp_path)!r} is a directory "
+                                 "(give a file: text lines or JSONL)")

@@ -7,15 +7,17 @@ import re
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from specllama.backend import LlamaModel
 from specllama.chat import ChatSession, template_for
-from specllama.cli import main
 from specllama.engine import SpeculativeEngine
 from specllama.sampling import SamplingParams
 
+from .cli_helpers import invoke, one_line_error
+from .conftest import PIRATE
+
 GREEDY = SamplingParams(temperature=0)
+COMMANDS_NOTE = "commands: /help, /stats, /reset, /system, /exit (start a message with // to send a literal /)"
 
 
 # deterministic flags: greedy, a fixed draft length, one llama.cpp thread
@@ -23,8 +25,12 @@ FIXED = ("--temp", "0", "--draft-max", "4", "--draft-fixed", "-t", "1")
 
 
 def chat(tiny_pair, script: str, *flags: str):
-    args = ["chat", "-m", tiny_pair[0], "-md", tiny_pair[1], "--temp", "0", "-t", "1", *flags]
-    return CliRunner().invoke(main, args, input=script)
+    return invoke("chat", "-m", tiny_pair[0], "-md", tiny_pair[1], "--temp", "0", "-t", "1", *flags, input=script)
+
+
+def chat_fixed(tiny_pair, script: str, *flags: str):
+    """:func:`chat` with the FIXED flags."""
+    return chat(tiny_pair, script, *FIXED, *flags)
 
 
 def drain(turn) -> str:
@@ -202,3 +208,112 @@ def test_ctrl_c_stops_the_reply_not_the_session(tiny_pair):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+# -- a system prompt on the demo target (Gemma 3: no template in its GGUF) -------
+
+
+def test_the_system_flag_counts_among_the_prompt_tokens_on_the_demo_target(demo_llm, demo_target):
+    """`specllama chat -sys ...`: /stats counts the system prompt's tokens among
+    those evaluated (the issue saw 9, as without it)."""
+    r = invoke("chat", "-m", demo_target, "--draft-max", "0", "-c", "512", "-n", "2", "--temp", "0", "-t", "1",
+               "-sys", PIRATE, input="hi\n/stats\n")
+    assert r.exit_code == 0, r.output
+    evaluated = int(re.search(r"\((\d+) new prompt tokens evaluated\)", r.stdout).group(1))
+    with_system = demo_llm.chat_template().render([{"role": "system", "content": PIRATE},
+                                                   {"role": "user", "content": "hi"}])
+    n_prompt = len(demo_llm.tokenize(with_system.text.encode(), add_bos=not with_system.has_bos))
+    assert evaluated == n_prompt - 1 > 9  # all but the last prompt token, on a fresh cache
+
+
+# -- what the REPL says when input ends in a block, a command is unknown, the context fills up
+
+
+def replies(tiny_pair, messages, *, n_ctx: int, max_tokens: int | None, system: str | None = None):
+    """The library session's replies to ``messages``, its last stats, and
+    its last finish reason."""
+    session = library_session(tiny_pair, n_ctx=n_ctx, max_tokens=max_tokens, system=system)
+    out = ["".join(c.text for c in session.send(m)) for m in messages]
+    session.engine.close()
+    return out, session.last_stats, session.last_finish
+
+
+def stdout_of(r) -> str:
+    return r.stdout_bytes.decode()  # not .stdout: it folds a reply's final CR into the newline
+
+
+def test_an_open_block_at_end_of_input_is_sent_with_a_note(tiny_pair):
+    r = chat_fixed(tiny_pair, 'hello\n"""\nonce upon\na time\n', "-c", "256", "-n", "6")
+    assert r.exit_code == 0, r.output
+    (first, second), stats, _ = replies(tiny_pair, ["hello", "once upon\na time"], n_ctx=256, max_tokens=6)
+    assert stdout_of(r) == f"> {first}\n> ... ... ... \n{second}\n"
+    cut = re.escape("(reply cut at -n 6 tokens)") + "\n"
+    assert re.fullmatch(re.escape(banner(tiny_pair)) + cut + r"6 tokens, .*\n"
+                        + re.escape('(the input ended inside a """ block: sending what it held)') + "\n"
+                        + cut + summary_pattern(stats) + "\n", r.stderr), r.stderr
+
+
+def test_an_empty_open_block_at_end_of_input_sends_nothing(tiny_pair):
+    r = chat_fixed(tiny_pair, 'hello\n"""\n\n', "-c", "256", "-n", "6")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("tokens, ") == 1 and "block" not in r.stderr
+
+
+def test_an_unknown_command_with_an_argument_is_refused_and_a_double_slash_is_sent(tiny_pair):
+    r = chat_fixed(tiny_pair, "/sytem be terse\n//hi\n/stats\n", "-c", "256", "-n", "6")
+    assert r.exit_code == 0, r.output
+    (reply,), stats, _ = replies(tiny_pair, ["/hi"], n_ctx=256, max_tokens=6)
+    (other,), _, _ = replies(tiny_pair, ["hi"], n_ctx=256, max_tokens=6)
+    assert reply != other  # "/hi" and "hi" are different messages
+    assert re.fullmatch(f"> > {re.escape(reply)}\n> last reply: {summary_pattern(stats)}; time to first token "
+                        f"[0-9]+ ms \\({stats.n_prompt_evaluated} new prompt tokens evaluated\\)\n"
+                        f"session \\(1 replies\\): {summary_pattern(stats)}\n> \n", stdout_of(r)), stdout_of(r)
+    assert re.fullmatch(re.escape(banner(tiny_pair) + f"unknown command '/sytem'; {COMMANDS_NOTE}\n"
+                                  + "(reply cut at -n 6 tokens)\n") + summary_pattern(stats) + "\n", r.stderr), r.stderr
+
+
+def test_a_reply_cut_by_the_full_context_says_so(tiny_pair):
+    r = chat_fixed(tiny_pair, "once upon a time\n", "-c", "256")
+    assert r.exit_code == 0, r.output
+    (reply,), stats, finish = replies(tiny_pair, ["once upon a time"], n_ctx=256, max_tokens=None)
+    assert finish == "length" and stats.n_prompt_tokens + stats.n_tokens == 257
+    assert stdout_of(r) == f"> {reply}\n> \n"
+    notice = (f"(the context is full: the reply stopped after {stats.n_tokens} tokens; /reset or a larger "
+              "-c/--ctx-size makes room)\n")
+    assert re.fullmatch(re.escape(banner(tiny_pair) + notice) + summary_pattern(stats) + "\n", r.stderr), r.stderr
+
+
+def test_system_command_without_a_system_prompt(tiny_pair):
+    r = chat_fixed(tiny_pair, "/system\n/system be brief\n/system\n/system\n", "-c", "256", "-n", "4")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == banner(tiny_pair) + ("(no system prompt is set)\n(system prompt set)\n"
+                                            "(system prompt removed)\n(no system prompt is set)\n")
+
+
+def test_a_too_long_message_mentions_a_system_prompt_only_if_there_is_one(tiny_pair):
+    long = "the king " * 80
+    expected = {}
+    for system in (None, "be brief"):
+        session = library_session(tiny_pair, n_ctx=128, max_tokens=8, system=system)
+        with pytest.raises(ValueError) as info:
+            session.send(long)
+        session.engine.close()
+        expected[system] = str(info.value)
+    n_plain = int(re.search(r"needs (\d+) tokens", expected[None]).group(1))
+    assert expected[None] == (f"this message needs {n_plain} tokens, and the context (-c/--ctx-size 128) keeps 8 "
+                              "free for the reply: shorten it or raise -c")
+    assert re.fullmatch(r"this message needs \d+ tokens with the system prompt, and the context \(-c/--ctx-size "
+                        r"128\) keeps 8 free for the reply: shorten it or raise -c", expected["be brief"])
+    for system in (None, "be brief"):
+        flags = ("-sys", system) if system else ()
+        r = chat_fixed(tiny_pair, long + "\n", "-c", "128", "-n", "8", *flags)
+        assert r.exit_code == 0, r.output
+        assert r.stderr == banner(tiny_pair) + f"Error: {expected[system]}\n"
+
+
+def test_an_unknown_chat_format_is_refused_before_any_model_loads():
+    """A model file that does not exist: the chat format is reported, so it
+    was checked before anything was loaded."""
+    r = invoke("chat", "-m", "/nonexistent.gguf", "--chat-format", "nope")
+    assert one_line_error(r, 1) == ("Error: unknown chat format 'nope'; known: chatml, gemma, llama-2, llama-3, "
+                                 "mistral-instruct, phi-3, zephyr")

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from specllama.cli import main
 from specllama.demo import DEMO_DRAFT_NAME, DEMO_TARGET_NAME, cache_dir
 
+from .cli_helpers import invoke
 from .conftest import require_demo_extra
 
 PROMPT = "Once upon a time, in a small village by the sea,"
@@ -48,9 +47,7 @@ def test_demo_pair_files(demo_paths):
 
 def test_demo_greedy_speculative_equals_target_only(demo_paths):
     def gen(draft_max: str) -> dict:
-        r = CliRunner().invoke(
-            main, ["generate", "--json", "--temp", "0", "-n", "48", "-c", "512", "--draft-max", draft_max, "-p", PROMPT]
-        )
+        r = invoke("generate", "--json", "--temp", "0", "-n", "48", "-c", "512", "--draft-max", draft_max, "-p", PROMPT)
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import llama_cpp
 import pytest
-from click.testing import CliRunner
 
 from specllama import SpeculativeLlama
 from specllama.backend import LlamaModel
-from specllama.cli import main
 from specllama.engine import SpeculativeEngine
 from specllama.generate import DRAFT, TARGET, generate
 from specllama.sampling import SamplingParams
+
+from .cli_helpers import gen_json, invoke
 
 PROMPT = "once upon a time there lived a king"
 GREEDY = SamplingParams(temperature=0)
@@ -36,7 +36,8 @@ def test_only_the_backend_imports_llama_cpp():
 def test_a_draft_with_a_smaller_context_stops_drafting_not_generating(tiny_pair):
     """Only the draft is out of room: drafting stops there, and the target
     goes on to its own full context, with target-only decoding's tokens."""
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=128), LlamaModel(tiny_pair[1], n_ctx=40))
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=128, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=40, n_threads=1))
     prompt = engine.target.tokenize(PROMPT)
     base = generate(engine, prompt, params=GREEDY, draft_max=0, max_tokens=None)
     spec = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=None, adaptive=False)
@@ -50,8 +51,8 @@ def test_a_draft_with_a_smaller_context_stops_drafting_not_generating(tiny_pair)
 
 @pytest.mark.parametrize("draft_max", [0, 4])
 def test_a_draft_llama_with_a_smaller_context_through_the_api(tiny_pair, draft_max):
-    draft = llama_cpp.Llama(tiny_pair[1], n_ctx=64, verbose=False)
-    with SpeculativeLlama(tiny_pair[0], draft, n_ctx=256, draft_max=draft_max, adaptive=False) as s:
+    draft = llama_cpp.Llama(tiny_pair[1], n_ctx=64, verbose=False, n_threads=1)
+    with SpeculativeLlama(tiny_pair[0], draft, n_ctx=256, draft_max=draft_max, adaptive=False, n_threads=1) as s:
         out = s.create_completion(PROMPT, max_tokens=200, temperature=0)
     draft.close()
     assert out["usage"]["completion_tokens"] == 200 and out["choices"][0]["finish_reason"] == "length"
@@ -61,7 +62,8 @@ def test_a_draft_llama_with_a_smaller_context_through_the_api(tiny_pair, draft_m
 def test_drafts_never_exceed_one_batch(tiny_pair):
     """--draft-max 1000 with a 512-token batch: k is capped, nothing fails,
     and the text is target-only decoding's to the last token of the context."""
-    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=700), LlamaModel(tiny_pair[1], n_ctx=700))
+    engine = SpeculativeEngine(LlamaModel(tiny_pair[0], n_ctx=700, n_threads=1),
+                               LlamaModel(tiny_pair[1], n_ctx=700, n_threads=1))  # see conftest.open_tiny_engine
     assert engine.target.n_batch == 512
     prompt = engine.target.tokenize(PROMPT)
     spec = generate(engine, prompt, params=GREEDY, draft_max=1000, max_tokens=None, adaptive=False)
@@ -70,6 +72,20 @@ def test_drafts_never_exceed_one_batch(tiny_pair):
     assert spec.finish_reason == "length" and len(prompt) + len(spec.tokens) == 701
     assert spec.tokens == base.tokens
     assert spec.stats.n_drafted / spec.stats.n_target_passes > 100  # it did draft long blocks
+
+
+def test_draft_max_1000_through_the_cli_fills_the_context_in_batch_long_drafts(tiny_pair):
+    """-n -1 -c 700 --draft-max 1000 --draft-fixed: drafts are capped at one
+    batch of 512, and generation runs to the full context. (The target is its
+    own draft here, so each pass keeps its whole block: two passes instead of
+    hundreds of nearly all-rejected 500-token drafts.)"""
+    self_draft = (tiny_pair[0], tiny_pair[0])
+    spec = gen_json(self_draft, "-n", "-1", "-c", "700", "--draft-max", "1000", "--draft-fixed", "--temp", "0")
+    base = gen_json(self_draft, "-n", "-1", "-c", "700", "--draft-max", "0", "--temp", "0")
+    assert spec["finish_reason"] == base["finish_reason"] == "length"
+    assert spec["n_prompt_tokens"] + spec["n_tokens"] == 701  # the whole context (the newest token unevaluated)
+    assert spec["tokens"] == base["tokens"]
+    assert spec["n_drafted"] > 600 and spec["n_target_passes"] <= 3  # blocks as long as a batch allows
 
 
 # -- stop strings ------------------------------------------------------------
@@ -94,10 +110,7 @@ def test_tokens_end_where_the_text_ends_at_a_stop_string(tiny_engine):
 
 def test_cli_json_tokens_end_at_the_stop_string(tiny_pair):
     def run(*extra):
-        r = CliRunner().invoke(main, ["generate", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-p", PROMPT,
-                                      "--temp", "0", "-n", "64", "--json", *extra])
-        assert r.exit_code == 0, r.output
-        return json.loads(r.stdout)
+        return gen_json(tiny_pair, "-c", "256", "--temp", "0", "-n", "64", *extra)
 
     full = run("--draft-max", "0")["text"]
     stop = full[20:23]
@@ -167,8 +180,8 @@ def test_every_surface_gives_the_same_text_tokens_and_counts(tiny_pair):
     """Greedy, fixed k: the CLI, the Python API and stream_generate are one
     code path, so text, tokens and drafting statistics agree exactly (the
     API drops invalid UTF-8 as llama-cpp-python does; the CLI shows U+FFFD)."""
-    r = CliRunner().invoke(main, ["generate", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-p", PROMPT,
-                                  "--temp", "0", "-n", "30", "--draft-max", "3", "--draft-fixed", "--json"])
+    r = invoke("generate", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-p", PROMPT,
+               "--temp", "0", "-n", "30", "--draft-max", "3", "--draft-fixed", "--json")
     cli = json.loads(r.stdout)
     with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, draft_max=3, adaptive=False) as s:
         api = s.create_completion(PROMPT, max_tokens=30, temperature=0)

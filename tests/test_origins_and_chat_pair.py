@@ -10,29 +10,24 @@ import re
 import zipfile
 
 import pytest
-from click.testing import CliRunner
 
 from specllama import SpeculativeLlama
-from specllama.cli import main
 from specllama.colors import MEANINGS, STYLES
 from specllama.generate import DRAFT, TARGET
 
+from .cli_helpers import invoke
 from .conftest import require_demo_extra
 
 PROMPT = "once upon a time there lived a king"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run(*args: str, input: str | None = None):
-    return CliRunner().invoke(main, list(args), input=input)
-
-
 def test_color_always_marks_each_piece_by_origin(tiny_pair):
     common = ["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-t", "1", "-p", PROMPT, "--temp", "0", "-n", "30",
               "--draft-fixed", "--draft-max", "3"]
-    plain = run("generate", *common, "--color", "never")
-    colored = run("generate", *common, "--color", "always")
-    data = json.loads(run("generate", *common, "--json").stdout)
+    plain = invoke("generate", *common, "--color", "never")
+    colored = invoke("generate", *common, "--color", "always")
+    data = json.loads(invoke("generate", *common, "--json").stdout)
     assert plain.exit_code == colored.exit_code == 0
     assert "\x1b[" not in plain.stdout and ANSI.sub("", colored.stdout) == plain.stdout == data["text"] + "\n"
     green, yellow = "\x1b[32m", "\x1b[33m"
@@ -43,14 +38,14 @@ def test_color_always_marks_each_piece_by_origin(tiny_pair):
     assert len(data["origins"]) == len(data["tokens"]) == 30 and set(data["origins"]) == {DRAFT, TARGET}
     assert data["origins"].count(DRAFT) <= data["n_accepted"]
     # "auto" on a pipe (CliRunner's output is no terminal): no colour
-    auto = run("generate", *common)
+    auto = invoke("generate", *common)
     assert auto.stdout == plain.stdout
 
 
 def test_chat_colours_replies(tiny_pair):
     args = ["chat", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256", "-t", "1", "--temp", "0", "-n", "8"]
-    colored = run(*args, "--color", "always", input="hello king\n/exit\n")
-    plain = run(*args, "--color", "never", input="hello king\n/exit\n")
+    colored = invoke(*args, "--color", "always", input="hello king\n/exit\n")
+    plain = invoke(*args, "--color", "never", input="hello king\n/exit\n")
     assert colored.exit_code == plain.exit_code == 0
     assert "\x1b[3" in colored.stdout and ANSI.sub("", colored.stdout) == plain.stdout
 
@@ -97,7 +92,7 @@ def chat_pair():
 
 def test_chat_pair_greedy_speculative_equals_target_only(chat_pair):
     def gen(*extra):
-        r = run("generate", "--pair", "demo-chat", "-t", "1", "-c", "1024", "-p", "Once upon a time", "--temp", "0",
+        r = invoke("generate", "--pair", "demo-chat", "-t", "1", "-c", "1024", "-p", "Once upon a time", "--temp", "0",
                 "-n", "48", "--json", *extra)
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)
@@ -109,7 +104,7 @@ def test_chat_pair_greedy_speculative_equals_target_only(chat_pair):
 
 def test_chat_pair_answers_in_the_repl(chat_pair):
     """With no model flags, `specllama chat` runs the pair that can chat."""
-    r = run("chat", "-t", "1", "-c", "1024", "--temp", "0", input="What is the capital of France?\n/exit\n")
+    r = invoke("chat", "-t", "1", "-c", "1024", "--temp", "0", input="What is the capital of France?\n/exit\n")
     assert r.exit_code == 0, r.output
     assert "The capital of France is Paris." in r.stdout
     assert "smollm2-135m-instruct-f32.gguf" in r.stderr.splitlines()[0]  # the banner names the target

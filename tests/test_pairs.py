@@ -14,6 +14,7 @@ import pytest
 
 from specllama.pairs import ModelFile, curated_pairs, parse_models
 
+from .cli_helpers import run_cli
 from .hub_server import HubServer
 
 PAIR = "gemma3-4b"
@@ -54,9 +55,9 @@ def test_parse_comments_and_blank_lines():
     assert pairs["p"].target.comment == "seen here" and pairs["p"].draft.filename == "d.gguf"
 
 
-def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specllama", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+def run(env: dict, *args: str):
+    """`specllama ARGS` against the stand-in hub (``env``)."""
+    return run_cli(*args, env=env, timeout=300, text=True)
 
 
 @pytest.fixture
@@ -74,11 +75,11 @@ def test_pull_downloads_and_names_resolve(tiny_pair, hub_env):
              f"{pair.draft.repo}/{pair.draft.filename}": Path(tiny_pair[1])}
     with HubServer(files) as hub:
         env = dict(hub_env, HF_ENDPOINT=hub.url)
-        before = run_cli(env, "models")
+        before = run(env, "models")
         assert before.returncode == 0
         assert before.stdout.count("not downloaded") == n_files
 
-        r = run_cli(env, "pull", PAIR)
+        r = run(env, "pull", PAIR)
         assert r.returncode == 0, r.stderr
         assert ("GET", f"/{pair.target.repo}/resolve/main/{pair.target.filename}") in hub.requests
         target_path, draft_path = (line.split(":", 1)[1].strip() for line in r.stdout.splitlines()[:2])
@@ -87,12 +88,12 @@ def test_pull_downloads_and_names_resolve(tiny_pair, hub_env):
 
     # no server now: the cache alone serves the names
     env = dict(hub_env, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
-    listed = run_cli(env, "models")
+    listed = run(env, "models")
     assert listed.stdout.count("not downloaded") == n_files - 2 and listed.stdout.count("downloaded: ") == 2
     args = ["generate", "-p", "once upon a time", "-n", "6", "--temp", "0", "-c", "256", "--json"]
-    by_pair = run_cli(env, *args, "--pair", PAIR)
-    by_names = run_cli(env, *args, "-m", PAIR, "-md", PAIR)
-    by_paths = run_cli(env, *args, "-m", tiny_pair[0], "-md", tiny_pair[1])
+    by_pair = run(env, *args, "--pair", PAIR)
+    by_names = run(env, *args, "-m", PAIR, "-md", PAIR)
+    by_paths = run(env, *args, "-m", tiny_pair[0], "-md", tiny_pair[1])
     for r in (by_pair, by_names, by_paths):
         assert r.returncode == 0, r.stderr
     assert json.loads(by_pair.stdout)["tokens"] == json.loads(by_paths.stdout)["tokens"]
@@ -107,7 +108,7 @@ def _closed_port() -> int:
 
 def test_pull_offline_says_what_to_fetch(hub_env):
     env = dict(hub_env, HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
-    r = run_cli(env, "pull", PAIR)
+    r = run(env, "pull", PAIR)
     assert r.returncode == 1
     error = r.stderr.strip().splitlines()[-1]
     pair = curated_pairs()[PAIR]
@@ -117,7 +118,7 @@ def test_pull_offline_says_what_to_fetch(hub_env):
 
 def test_name_not_downloaded(hub_env):
     env = dict(hub_env, HF_HUB_OFFLINE="1")
-    r = run_cli(env, "generate", "-p", "hi", "--pair", PAIR)
+    r = run(env, "generate", "-p", "hi", "--pair", PAIR)
     assert r.returncode == 1
     assert r.stderr.strip() == (
         f"Error: {PAIR} target ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf is not downloaded: "

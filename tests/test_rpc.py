@@ -28,71 +28,55 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from specllama import SpeculativeLlama
 from specllama.backend import LlamaModel, supports_rpc
 from specllama.backend.rpc import CONNECT_TIMEOUT, probe, rebuild_command
-from specllama.cli import main
 from specllama.engine import SpeculativeEngine
 from specllama.errors import SpecLlamaError
 from specllama.generate import generate
 from specllama.options import check_rpc_servers, check_tensor_split
+from specllama.sampling import SamplingParams
 
+from .cli_helpers import invoke
 from .conftest import TINY_CTX
-from .server_helpers import free_port
-from .test_engine_llama import FILTERED, GREEDY, PROMPT, check_exact
+from .port_process import PortProcess, free_port
+from .two_token_law import FILTERED, PROMPT, check_exact
 
 REQUIRE_RPC = os.environ.get("SPECLLAMA_REQUIRE_RPC") == "1"
 HAS_RPC = supports_rpc()
 NO_RPC_REASON = (f"this llama-cpp-python has no RPC backend (rebuild it: {rebuild_command()}); "
                  "SPECLLAMA_REQUIRE_RPC=1 makes this a failure")
 needs_rpc = pytest.mark.skipif(not HAS_RPC and not REQUIRE_RPC, reason=NO_RPC_REASON)
+GREEDY = SamplingParams(temperature=0)
 STARTUP_SECONDS = 30.0
 STOP_SECONDS = 10.0
 
 
-class RpcServer:
-    """``python -m specllama rpc-server -p PORT -t 1`` until :meth:`stop`; its
-    output goes to a file (a pipe nobody reads could fill up)."""
+class RpcServer(PortProcess):
+    """``python -m specllama rpc-server -p PORT -t 1 EXTRA`` until :meth:`stop`,
+    started once it answers a handshake; its output in a file (:meth:`output`)."""
+
+    name = "rpc-server"
+    startup_seconds = STARTUP_SECONDS
+    stop_seconds = STOP_SECONDS
 
     def __init__(self, log_dir: Path, *extra: str) -> None:
         if not HAS_RPC:
             pytest.fail(f"SPECLLAMA_REQUIRE_RPC=1, but {NO_RPC_REASON.split(';')[0]}")
-        self.port = free_port()
+        self.extra = extra
+        super().__init__(log_dir)
         self.endpoint = f"127.0.0.1:{self.port}"
-        self.log = log_dir / f"rpc-server-{self.port}.log"
-        self._log_file = open(self.log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "specllama", "rpc-server", "-p", str(self.port),
-                                      "-t", "1", *extra], stdout=self._log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"rpc-server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                probe(self.endpoint, timeout=1.0)  # what a client checks first: connect and handshake
-                return
-            except SpecLlamaError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"rpc-server did not answer:\n{self.output()}")
-                time.sleep(0.1)
 
-    def output(self) -> str:
-        if not self._log_file.closed:
-            self._log_file.flush()
-        return self.log.read_text(errors="replace")
+    def command(self, port: int) -> list[str]:
+        return ["rpc-server", "-p", str(port), "-t", "1", *self.extra]
 
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
-        return self.proc.returncode
+    def ready(self) -> bool:
+        try:
+            probe(f"127.0.0.1:{self.port}", timeout=1.0)  # what a client checks first: connect and handshake
+            return True
+        except SpecLlamaError:
+            return False
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +164,7 @@ def test_tensor_split_is_checked():
 
 
 def test_a_bad_flag_is_one_line_before_anything_loads(tiny_pair):
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "--rpc", "127.0.0.1", "-p", "x")])
+    r = invoke("generate", *tiny_cli(tiny_pair, "--rpc", "127.0.0.1", "-p", "x"))
     assert r.exit_code == 2
     assert r.stderr == ("Error: Invalid value for '--rpc': '127.0.0.1' is not HOST:PORT (an IPv4 address or host "
                         "name, a port in 1..65535, e.g. 127.0.0.1:50052; several: comma-separated)\n")
@@ -193,12 +177,12 @@ def test_without_an_rpc_build_the_flags_say_how_to_rebuild(tiny_pair, monkeypatc
         import llama_cpp
 
         monkeypatch.setattr(llama_cpp, "llama_supports_rpc", lambda: False)
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "--rpc", "127.0.0.1:50052", "-ngl", "99",
-                                                        "-p", "x")])
+    r = invoke("generate", *tiny_cli(tiny_pair, "--rpc", "127.0.0.1:50052", "-ngl", "99",
+                                     "-p", "x"))
     assert r.exit_code == 1
     assert r.stderr == ("Error: --rpc needs llama-cpp-python built with llama.cpp's RPC backend, and this build has "
                         f"none; rebuild it: {rebuild_command()}\n")
-    r = CliRunner().invoke(main, ["rpc-server"])
+    r = invoke("rpc-server")
     assert r.exit_code == 1
     assert r.stderr.startswith("Error: rpc-server needs llama-cpp-python built with llama.cpp's RPC backend")
 
@@ -215,8 +199,8 @@ def test_the_rebuild_command_names_this_version():
 @needs_rpc
 def test_a_refused_connection_is_one_line_naming_the_endpoint(tiny_pair):
     port = free_port()  # nothing listens there
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "--rpc", f"127.0.0.1:{port}", "-ngl", "99",
-                                                        "-p", "x")])
+    r = invoke("generate", *tiny_cli(tiny_pair, "--rpc", f"127.0.0.1:{port}", "-ngl", "99",
+                                     "-p", "x"))
     assert r.exit_code == 1
     assert r.stdout == ""
     assert r.stderr == (f"Error: cannot reach the RPC server at 127.0.0.1:{port}: connection refused (nothing "
@@ -360,8 +344,8 @@ def test_models_that_name_no_server_never_touch_one_that_is_gone(tiny_pair, own_
 @needs_rpc
 def test_generate_through_rpc_prints_the_local_tokens(tiny_pair, server, local_greedy):
     args = ["generate", *tiny_cli(tiny_pair, "-p", PROMPT, "-n", "64", "--temp", "0", "--json")]
-    local = CliRunner().invoke(main, [*args, "--draft-max", "0"])
-    remote = CliRunner().invoke(main, [*args, "--rpc", server.endpoint, "-ngl", "99"])
+    local = invoke(*args, "--draft-max", "0")
+    remote = invoke(*args, "--rpc", server.endpoint, "-ngl", "99")
     assert local.exit_code == 0 and remote.exit_code == 0, remote.output
     assert json.loads(local.stdout)["tokens"] == local_greedy.tokens
     assert json.loads(remote.stdout)["tokens"] == local_greedy.tokens
@@ -371,8 +355,8 @@ def test_generate_through_rpc_prints_the_local_tokens(tiny_pair, server, local_g
 
 @needs_rpc
 def test_rpc_with_ngl_0_warns_that_everything_stays_local(tiny_pair, server, local_greedy):
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "-p", PROMPT, "-n", "64", "--temp", "0",
-                                                        "--json", "--rpc", server.endpoint)])
+    r = invoke("generate", *tiny_cli(tiny_pair, "-p", PROMPT, "-n", "64", "--temp", "0",
+                                     "--json", "--rpc", server.endpoint))
     assert r.exit_code == 0, r.output
     assert r.stderr == (f"Warning: the target's layers all stay local: rpc_servers (--rpc {server.endpoint}) with "
                         "n_gpu_layers 0; offload them with -ngl 99 (n_gpu_layers=-1: all)\n")
@@ -381,8 +365,8 @@ def test_rpc_with_ngl_0_warns_that_everything_stays_local(tiny_pair, server, loc
 
 def test_rpc_draft_without_a_draft_model_warns_and_contacts_nothing(tiny_pair, local_greedy):
     port = free_port()  # nothing listens there: contacting it would fail the run
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "-p", PROMPT, "-n", "64", "--temp", "0", "--json",
-                                                        "--draft-max", "0", "--rpc-draft", f"127.0.0.1:{port}")])
+    r = invoke("generate", *tiny_cli(tiny_pair, "-p", PROMPT, "-n", "64", "--temp", "0", "--json",
+                                     "--draft-max", "0", "--rpc-draft", f"127.0.0.1:{port}"))
     assert r.exit_code == 0, r.output
     assert r.stderr == ("Warning: no draft model loads (no draft, prompt lookup or --draft-max 0), so "
                         f"rpc_servers_draft (--rpc-draft 127.0.0.1:{port}) is not used\n")
@@ -391,8 +375,8 @@ def test_rpc_draft_without_a_draft_model_warns_and_contacts_nothing(tiny_pair, l
 
 @needs_rpc
 def test_a_tensor_split_longer_than_the_devices_is_refused(tiny_pair, server):
-    r = CliRunner().invoke(main, ["generate", *tiny_cli(tiny_pair, "-p", "x", "--rpc", server.endpoint, "-ngl", "99",
-                                                        "-ts", "1,1")])
+    r = invoke("generate", *tiny_cli(tiny_pair, "-p", "x", "--rpc", server.endpoint, "-ngl", "99",
+                                     "-ts", "1,1"))
     assert r.exit_code == 1
     assert r.stderr == (f"Error: tensor split gives 2 shares, but {tiny_pair[0]!r} has 1 device to split over: "
                         f"RPC0 ({server.endpoint})\n")
@@ -402,8 +386,8 @@ def test_a_tensor_split_longer_than_the_devices_is_refused(tiny_pair, server):
 def test_chat_through_rpc_gives_the_local_transcript(tiny_pair, server):
     args = ["chat", *tiny_cli(tiny_pair, "-n", "12", "--temp", "0", "--chat-format", "chatml", "--color", "never")]
     script = "hello there\nand again\n/exit\n"
-    local = CliRunner().invoke(main, args, input=script)
-    remote = CliRunner().invoke(main, [*args, "--rpc", server.endpoint, "-ngl", "99"], input=script)
+    local = invoke(*args, input=script)
+    remote = invoke(*args, "--rpc", server.endpoint, "-ngl", "99", input=script)
     assert local.exit_code == 0 and remote.exit_code == 0, remote.output
     assert remote.stdout == local.stdout
     assert len(local.stdout.splitlines()) >= 3  # the banner and two replies
@@ -424,14 +408,14 @@ def test_the_api_takes_rpc_servers(tiny_pair, server):
 
 @needs_rpc
 def test_verify_through_rpc_passes_and_replays_with_the_flag(tiny_pair, server):
-    r = CliRunner().invoke(main, ["verify", *tiny_cli(tiny_pair, "-p", PROMPT, "-s", "5", "-N", "300",
-                                                      "--rpc", server.endpoint, "-ngl", "99", "--json")])
+    r = invoke("verify", *tiny_cli(tiny_pair, "-p", PROMPT, "-s", "5", "-N", "300",
+                                   "--rpc", server.endpoint, "-ngl", "99", "--json"))
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["verdict"] == "PASS"
     assert data["settings"]["rpc"] == server.endpoint and "rpc_draft" not in data["settings"]
-    r = CliRunner().invoke(main, ["verify", *tiny_cli(tiny_pair, "-p", PROMPT, "-s", "5", "-N", "300",
-                                                      "--rpc", server.endpoint, "-ngl", "99")])
+    r = invoke("verify", *tiny_cli(tiny_pair, "-p", PROMPT, "-s", "5", "-N", "300",
+                                   "--rpc", server.endpoint, "-ngl", "99"))
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert next(l for l in lines if l.startswith("load ")) == (
@@ -443,9 +427,9 @@ def test_verify_through_rpc_passes_and_replays_with_the_flag(tiny_pair, server):
 
 @needs_rpc
 def test_bench_through_rpc(tiny_pair, server):
-    r = CliRunner().invoke(main, ["bench", *tiny_cli(tiny_pair, "--rpc", server.endpoint, "-ngl", "99", "--quick",
-                                                     "--only", "story,qa", "-n", "8", "--temp", "0", "--no-baseline",
-                                                     "--json")])
+    r = invoke("bench", *tiny_cli(tiny_pair, "--rpc", server.endpoint, "-ngl", "99", "--quick",
+                                  "--only", "story,qa", "-n", "8", "--temp", "0", "--no-baseline",
+                                  "--json"))
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["rows"]
     assert {row["draft_max"] for row in rows} == {4}
@@ -504,10 +488,10 @@ def test_rpc_server_on_every_interface_prints_llama_cpps_warning(tmp_path):
 
 @needs_rpc
 def test_rpc_server_refuses_a_busy_port_and_a_host_name(server):
-    r = CliRunner().invoke(main, ["rpc-server", "-p", str(server.port)])
+    r = invoke("rpc-server", "-p", str(server.port))
     assert r.exit_code == 1
     assert r.stderr == f"Error: cannot listen on 127.0.0.1:{server.port}: Address already in use\n"
-    r = CliRunner().invoke(main, ["rpc-server", "--host", "localhost"])
+    r = invoke("rpc-server", "--host", "localhost")
     assert r.exit_code == 1
     assert r.stderr == ("Error: --host 'localhost' is not an IPv4 address (llama.cpp's RPC server binds IPv4 only: "
                         "e.g. 127.0.0.1, or 0.0.0.0 for every interface)\n")

@@ -529,7 +529,7 @@ def test_shutdown_ends_requests_cleanly_and_exits_0(tiny_pair, tmp_path, sig):
         assert proc.wait(30) == 0
     finally:
         proc.stop()
-    log = proc.stderr()
+    log = proc.output()
     assert "Traceback" not in log and "specllama serve: stopped, models freed" in log
 
 

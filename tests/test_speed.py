@@ -6,18 +6,21 @@ by `specllama bench` and benchmarks/, never asserted here.)"""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from specllama.adaptive import DEFAULT_DRAFT_MAX, EXPLORE_EVERY, DraftLengthPolicy
 from specllama.backend import plain_completion
-from specllama.cli import main
+from specllama.cost_cache import costs_file
+from specllama.demo import cache_dir
 from specllama.generate import generate
 from specllama.opener import open_engine
 from specllama.sampling import SamplingParams
+
+from .cli_helpers import invoke
 
 PROMPT = "once upon a time there lived a king"
 GREEDY = SamplingParams(temperature=0)
@@ -25,7 +28,8 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    """The cost cache on, in a file of this test's own."""
+    monkeypatch.setenv("SPECLLAMA_COSTS_FILE", str(tmp_path / "costs.json"))
     monkeypatch.delenv("SPECLLAMA_COST_CACHE", raising=False)
     return tmp_path
 
@@ -64,6 +68,14 @@ def test_costs_are_remembered_between_processes(tiny_pair, cache, monkeypatch):
     off = open_engine(*tiny_pair, n_ctx=256, warm_up=False)
     assert off.policy.verify_seconds == {}
     off.close()
+
+
+def test_the_costs_file_lies_beside_the_built_models_not_among_them(tmp_path, monkeypatch):
+    assert costs_file() == tmp_path / "costs.json"  # every test's own (tests/conftest.py)
+    monkeypatch.delenv("SPECLLAMA_COSTS_FILE")
+    monkeypatch.delenv("SPECLLAMA_CACHE", raising=False)
+    assert costs_file() == Path.home() / ".cache" / "specllama-costs" / "costs.json"
+    assert cache_dir() == Path.home() / ".cache" / "specllama" and cache_dir() not in costs_file().parents
 
 
 def simulate(policy: DraftLengthPolicy, passes: int, *, accept: float, draft_s: float, one_row: float,
@@ -148,8 +160,8 @@ def test_plain_llama_cpp_baseline_is_llama_cpp_pythons_own_text(tiny_pair, cache
 
 
 def test_bench_rows_carry_the_baseline_and_both_rules(tiny_pair, cache):
-    r = CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "512", "--json", "-n", "12",
-                                  "--draft-max", "2", "--temp", "0", "--only", "story", "--rule", "token,block"])
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "512", "--json", "-n", "12",
+               "--draft-max", "2", "--temp", "0", "--only", "story", "--rule", "token,block")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["rows"]
     assert [(row["rule"], row["draft_max"], row["adaptive"]) for row in rows] == [
@@ -158,5 +170,5 @@ def test_bench_rows_carry_the_baseline_and_both_rules(tiny_pair, cache):
         assert row["llama_cpp_tps"] > 0
         assert row["speedup_vs_llama_cpp"] == pytest.approx(row["spec_tps"] / row["llama_cpp_tps"])
         assert row["target_vs_llama_cpp"] == pytest.approx(row["target_tps"] / row["llama_cpp_tps"])
-    bad = CliRunner().invoke(main, ["bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--rule", "tokens"])
+    bad = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--rule", "tokens")
     assert bad.exit_code == 2 and "'tokens': expected a comma-separated list of token, block" in bad.stderr

@@ -12,16 +12,14 @@ import time
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import specllama.engine
 from specllama.backend import LlamaModel
-from specllama.cli import main
 from specllama.sampling import SamplingParams, to_probs
 
 from . import stats_helpers
+from .cli_helpers import invoke, one_line_error
 from .conftest import TINY_CTX, open_tiny_engine, require_demo_extra
-from .test_cli import one_line_error
 
 ALPHA = 1e-3
 PROMPT = "once upon a time there lived a king"
@@ -29,7 +27,7 @@ SEED = "11"
 
 
 def run(*args: str):
-    return CliRunner().invoke(main, ["verify", *args])
+    return invoke("verify", *args)
 
 
 def tiny_args(tiny_pair, *extra: str) -> list[str]:
@@ -277,7 +275,7 @@ def min_samples(tiny_pair) -> int:
 
 
 def test_help_lists_the_flags():
-    r = CliRunner().invoke(main, ["verify", "--help"])
+    r = invoke("verify", "--help")
     assert r.exit_code == 0
     for flag in ("-m, --model", "-md, --model-draft", "--pair", "-c, --ctx-size", "-ngl, --n-gpu-layers",
                  "-ngld, --n-gpu-layers-draft", "-t, --threads", "--temp", "--top-k", "--top-p", "--min-p",
