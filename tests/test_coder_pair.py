@@ -19,7 +19,7 @@ from specllama.cli import main
 from specllama.demo import CHUNK_FILE, CODER_DRAFT, CODER_INSTALL_HINT, CODER_TARGET, DEMO_CODER
 from specllama.errors import SpecLlamaError
 
-from .test_cli import one_line_error
+from .cli_helpers import one_line_error
 
 FIX = "reinstall it"
 FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>")

@@ -43,7 +43,7 @@ from specllama.constraint import TokenTableConstraint
 from specllama.drafters import PromptLookupDrafter
 from specllama.sampling import SamplingParams, to_probs
 
-from .test_block_verify import EOG, EXACT, FILTERED, PLAIN, Law, V, _logits, assert_same_law, block_law, tokenwise_law
+from .block_law import EOG, EXACT, FILTERED, PLAIN, Law, V, _logits, assert_same_law, block_law, tokenwise_law
 
 #: the draft model lacks token 3 (a draft vocabulary shorter than the target's): where the
 #: grammar allows only 3, the draft's masked row allows nothing and drafting stops there
