@@ -29,9 +29,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import free_port, log  # noqa: E402
-
 import httpx
+from bench_common import free_port, log  # noqa: E402
 
 PROMPTS = [
     "Once upon a time, in a small village by the sea,",

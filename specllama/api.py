@@ -23,14 +23,23 @@ import numpy as np
 
 from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
+from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .opener import open_engine
-from .errors import SpecLlamaError
-from .options import (DEFAULT_RULE, GenerationOptions, check_convention, check_draft, check_logprobs, check_rule,
-                      check_seed, generation_options, refuse_unsupported)
+from .options import (
+    DEFAULT_RULE,
+    GenerationOptions,
+    check_convention,
+    check_draft,
+    check_logprobs,
+    check_rule,
+    check_seed,
+    generation_options,
+    refuse_unsupported,
+)
 from .processors import DEFAULT_PENALTY_LAST_N
-from .stats import GenerationStats
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
+from .stats import GenerationStats
 
 CONVENTION = "llama-cpp-python"
 
@@ -409,7 +418,8 @@ class SpeculativeLlama:
         if call.get("repeat_last_n") is None:
             call["repeat_last_n"] = self.last_n_tokens_size
         return generation_options(convention=self.convention, n_vocab=self._target.n_vocab,
-                                  n_ctx=self._target.n_ctx, draft_max=self.draft_max if draft_max is None else draft_max,
+                                  n_ctx=self._target.n_ctx,
+                                  draft_max=self.draft_max if draft_max is None else draft_max,
                                   draft_min=self.draft_min, adaptive=self.adaptive, rule=self.rule,
                                   forced_drafts=self.forced_drafts, **call)
 

@@ -300,7 +300,8 @@ def run_bench(
     if not temperatures or not draft_maxes:
         raise SpecLlamaError("bench needs at least one temperature and one draft length")
     if any(k < 1 for k in draft_maxes):
-        raise SpecLlamaError(f"draft lengths to sweep must be >= 1 (0, target only, is always measured), got {list(draft_maxes)}")
+        raise SpecLlamaError(f"draft lengths to sweep must be >= 1 (0, target only, is always measured), "
+                             f"got {list(draft_maxes)}")
     if repeat < 1:
         raise SpecLlamaError(f"repeat must be >= 1, got {repeat}")
     encoded = [engine.target.tokenize(text) for _, text in prompts]

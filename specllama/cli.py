@@ -13,8 +13,17 @@ import sys
 import click
 
 from .backend import DEFAULT_RPC_HOST, DEFAULT_RPC_PORT
-from .cli_flags import (boundary, chat_format_option, filter_options, generation_flags, grammar_options, load_options,
-                        model_options, n_predict_option, rpc_kwargs)
+from .cli_flags import (
+    boundary,
+    chat_format_option,
+    filter_options,
+    generation_flags,
+    grammar_options,
+    load_options,
+    model_options,
+    n_predict_option,
+    rpc_kwargs,
+)
 from .colors import color_enabled, legend, styled
 from .demo import DEMO_CHAT
 from .generate import stream_generate

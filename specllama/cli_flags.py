@@ -17,8 +17,15 @@ import click
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
 from .colors import COLOR_MODES
 from .errors import SpecLlamaError, SpecLlamaWarning
-from .options import (DEFAULT_DRAFT_MAX, DEFAULT_RULE, RULES, GenerationOptions, check_rpc_servers,
-                      check_tensor_split, generation_options)
+from .options import (
+    DEFAULT_DRAFT_MAX,
+    DEFAULT_RULE,
+    RULES,
+    GenerationOptions,
+    check_rpc_servers,
+    check_tensor_split,
+    generation_options,
+)
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
 
@@ -38,7 +45,8 @@ def _apply(f, options):
 def load_options(f):
     """The flags that choose and load the models."""
     return _apply(f, [
-        click.option("-m", "--model", type=str, default=None, help="Target GGUF file, or a pair name (default: the demo pair)."),
+        click.option("-m", "--model", type=str, default=None,
+                     help="Target GGUF file, or a pair name (default: the demo pair)."),
         click.option("-md", "--model-draft", "model_draft", type=str, default=None,
                      help="Draft GGUF file, a pair name from `specllama models`, or prompt-lookup "
                           "(n-gram drafts from the text itself, no second model)."),

@@ -123,7 +123,8 @@ def _cache_folder() -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise SpecLlamaError(f"cannot create the cache folder {str(folder)!r} ($SPECLLAMA_CACHE): {e.strerror}") from None
+        raise SpecLlamaError(f"cannot create the cache folder {str(folder)!r} ($SPECLLAMA_CACHE): "
+                             f"{e.strerror}") from None
     return folder
 
 

@@ -21,13 +21,21 @@ from typing import Iterator, Protocol, Sequence
 import numpy as np
 
 from .adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy
+from .constraint import Constraint, masked
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .prefix import common_prefix_len, sync_prefix
 from .processors import Processor, processed
-from .constraint import Constraint, masked
-from .sampling import (DEFAULT_RULE, SamplingParams, SparseProbs, UniformSource, accept_block_sparse,
-                       accept_tokens_sparse, one_hot, sparse_probs)
+from .sampling import (
+    DEFAULT_RULE,
+    SamplingParams,
+    SparseProbs,
+    UniformSource,
+    accept_block_sparse,
+    accept_tokens_sparse,
+    one_hot,
+    sparse_probs,
+)
 from .vocab import check_compatible
 
 log = logging.getLogger("specllama")

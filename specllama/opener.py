@@ -8,8 +8,15 @@ from __future__ import annotations
 import os
 import warnings
 
-from .backend import (DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS, LlamaModel, add_rpc_servers, build_info, default_threads,
-                      is_llama)
+from .backend import (
+    DEFAULT_N_CTX,
+    DEFAULT_N_GPU_LAYERS,
+    LlamaModel,
+    add_rpc_servers,
+    build_info,
+    default_threads,
+    is_llama,
+)
 from .cost_cache import cost_key, load
 from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP

@@ -31,8 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .adaptive import DEFAULT_DRAFT_MAX
 from .constraint import GrammarSpec, spec_from_options
 from .errors import SpecLlamaError
-from .processors import (DEFAULT_PENALTY_LAST_N, Processor, as_list, ban, chain, logit_bias as bias_processor,
-                         penalties)
+from .processors import DEFAULT_PENALTY_LAST_N, Processor, as_list, ban, chain, penalties
+from .processors import logit_bias as bias_processor
 from .sampling import DEFAULT_RULE, RULES, SamplingParams
 
 CONVENTIONS = ("llama-cpp-python", "openai", "cli")
@@ -133,7 +133,8 @@ def check_max_tokens(value: object, convention: str = "cli") -> int | None:
     if value < 1:
         if convention == "llama-cpp-python":
             return None  # llama-cpp-python: <= 0 means until the context is full
-        raise SpecLlamaError(f"max_tokens must be an integer >= 1 (or None: until the context is full), got {value}", param="max_tokens")
+        raise SpecLlamaError(f"max_tokens must be an integer >= 1 (or None: until the context is full), got {value}",
+                             param="max_tokens")
     return value
 
 
@@ -146,7 +147,8 @@ def check_stop(value: object) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)):
         for i, s in enumerate(value):
             if not isinstance(s, str):
-                raise SpecLlamaError(f"stop[{i}] must be a string, got {s!r} (stop takes a string or a list of strings)", param=f"stop[{i}]")
+                raise SpecLlamaError(f"stop[{i}] must be a string, got {s!r} "
+                                     "(stop takes a string or a list of strings)", param=f"stop[{i}]")
         return tuple(s for s in value if s)
     raise SpecLlamaError(f"stop must be a string or a list of strings, got {value!r}", param="stop")
 
@@ -177,7 +179,8 @@ def check_rpc_servers(value: object, name: str = "rpc_servers") -> tuple[str, ..
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         parts = [p for v in value for p in v.split(",")]
     else:
-        raise SpecLlamaError(f"{name} must be a string HOST:PORT[,HOST:PORT...] or a list of them, got {value!r}", param=name)
+        raise SpecLlamaError(f"{name} must be a string HOST:PORT[,HOST:PORT...] or a list of them, got {value!r}",
+                             param=name)
     endpoints: list[str] = []
     for part in parts:
         host, sep, port = part.strip().partition(":")
@@ -243,7 +246,8 @@ def check_logprobs(value: object, name: str = "logprobs") -> int | None:
 
 def check_rule(rule: object) -> str:
     if rule not in RULES:
-        raise SpecLlamaError(f"rule must be one of {', '.join(RULES)} (the acceptance rule), got {rule!r}", param="rule")
+        raise SpecLlamaError(f"rule must be one of {', '.join(RULES)} (the acceptance rule), got {rule!r}",
+                             param="rule")
     return rule  # type: ignore[return-value]
 
 
@@ -327,7 +331,8 @@ def processor_for(
     presence = _check_number("presence_penalty", presence_penalty, -bound if bound else None, bound)
     frequency = _check_number("frequency_penalty", frequency_penalty, -bound if bound else None, bound)
     if not _is_int(repeat_last_n) or int(repeat_last_n) < -1:  # type: ignore[arg-type]
-        raise SpecLlamaError(f"repeat_last_n must be an integer >= -1 (0: off, -1: the whole context), got {repeat_last_n!r}", param="repeat_last_n")
+        raise SpecLlamaError(f"repeat_last_n must be an integer >= -1 (0: off, -1: the whole context), got "
+                             f"{repeat_last_n!r}", param="repeat_last_n")
     last_n = int(repeat_last_n)  # type: ignore[arg-type]
     if last_n == -1:
         last_n = n_ctx if n_ctx is not None else 1 << 30
@@ -345,7 +350,8 @@ def check_stopping_criteria(value: object) -> Callable | None:
     items = [value] if callable(value) and not isinstance(value, (list, tuple)) else list(value)  # type: ignore[call-overload]
     for i, c in enumerate(items):
         if not callable(c):
-            raise SpecLlamaError(f"stopping_criteria[{i}] must be a callable (input_ids, logits) -> bool, got {c!r}", param=f"stopping_criteria[{i}]")
+            raise SpecLlamaError(f"stopping_criteria[{i}] must be a callable (input_ids, logits) -> bool, got {c!r}",
+                                 param=f"stopping_criteria[{i}]")
     if len(items) == 1:
         return items[0]
     return lambda ids, logits: any(c(ids, logits) for c in items)

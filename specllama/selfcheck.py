@@ -35,8 +35,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .constraint import GrammarSpec, LLGuidanceConstraint, masked
 from .chisquare import GoodnessOfFit, detectable_effect, goodness_of_fit, pooled_bins, power
+from .constraint import GrammarSpec, LLGuidanceConstraint, masked
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .generate import tokenize_prompt

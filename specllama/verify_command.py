@@ -10,8 +10,18 @@ import sys
 
 import click
 
-from .cli_flags import (boundary, draft_max_option, filter_options, generation_flags, grammar_options, load_options,
-                        penalty_options, rpc_kwargs, rule_option, temp_option)
+from .cli_flags import (
+    boundary,
+    draft_max_option,
+    filter_options,
+    generation_flags,
+    grammar_options,
+    load_options,
+    penalty_options,
+    rpc_kwargs,
+    rule_option,
+    temp_option,
+)
 from .sampling import DEFAULT_TEMPERATURE
 from .selfcheck import DEFAULT_PROMPT, DEFAULT_SAMPLES, VERIFY_DRAFT_MAX
 

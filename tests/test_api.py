@@ -320,7 +320,8 @@ def test_two_threads_at_once(tiny_pair):
 
 
 def test_bad_draft(tiny_pair):
-    with pytest.raises(ValueError, match=r"draft must be a GGUF path, a pair name or a llama_cpp.Llama or 'prompt-lookup', got 42"):
+    with pytest.raises(ValueError,
+                       match=r"draft must be a GGUF path, a pair name or a llama_cpp.Llama or 'prompt-lookup', got 42"):
         SpeculativeLlama(tiny_pair[0], 42)
 
 
@@ -330,7 +331,8 @@ def test_missing_draft_file(tiny_pair):
 
 
 def test_messages_without_roles(spec):
-    with pytest.raises(ValueError, match=r"messages\[1\] has role None; accepted roles: system, developer \(as system\), user, assistant"):
+    with pytest.raises(ValueError, match=r"messages\[1\] has role None; accepted roles: system, "
+                                         r"developer \(as system\), user, assistant"):
         spec.create_chat_completion([{"role": "user", "content": "a"}, {"content": "hi"}])
     with pytest.raises(ValueError, match="messages must be a non-empty list"):
         spec.create_chat_completion([])

@@ -24,16 +24,30 @@ from specllama import sampling
 from specllama.sampling import (
     SamplingParams,
     SparseProbs,
-    sparse_probs,
-    to_probs,
-    accept_tokens,
     accept_block,
     accept_block_sparse,
+    accept_tokens,
     accept_tokens_sparse,
+    sparse_probs,
+    to_probs,
 )
 
-from .block_law import (EOG, EXACT, FILTERED, PLAIN, Law, Outcomes, V, _logits, assert_same_law, block_law,
-                        block_weights, residual_row, tau_law, tokenwise_law)
+from .block_law import (
+    EOG,
+    EXACT,
+    FILTERED,
+    PLAIN,
+    Law,
+    Outcomes,
+    V,
+    _logits,
+    assert_same_law,
+    block_law,
+    block_weights,
+    residual_row,
+    tau_law,
+    tokenwise_law,
+)
 from .stats_helpers import assert_distributed_as, detectable_effect, power, samples_for_power
 
 MARGIN = 1e-9  # relative step off a branch boundary for a scripted coin

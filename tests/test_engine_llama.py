@@ -28,8 +28,7 @@ from specllama.sampling import SamplingParams
 
 from .conftest import TINY_CTX, open_tiny_engine
 from .stats_helpers import POWER, assert_distributed_as, power, samples_for_power
-from .two_token_law import (FILTERED, N_RUNS, PLAIN, PROMPT, check_exact, next_token_law, two_token_counts,
-                            two_token_law)
+from .two_token_law import FILTERED, N_RUNS, PLAIN, PROMPT, check_exact, next_token_law, two_token_counts, two_token_law
 
 GREEDY = SamplingParams(temperature=0)
 

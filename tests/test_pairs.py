@@ -123,7 +123,8 @@ def test_name_not_downloaded(hub_env):
     assert r.stderr.strip() == (
         f"Error: {PAIR} target ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf is not downloaded: "
         f"run  specllama pull {PAIR}  (or fetch "
-        "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf by hand and pass its path)"
+        "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf by hand and pass "
+        "its path)"
     )
 
 

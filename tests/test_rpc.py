@@ -418,10 +418,10 @@ def test_verify_through_rpc_passes_and_replays_with_the_flag(tiny_pair, server):
                                    "--rpc", server.endpoint, "-ngl", "99"))
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert next(l for l in lines if l.startswith("load ")) == (
+    assert next(line for line in lines if line.startswith("load ")) == (
         f"load         context {TINY_CTX}, GPU layers 99 (draft: as the target), threads 1, RPC servers "
         f"{server.endpoint}")
-    replay = next(l for l in lines if l.startswith("replay "))
+    replay = next(line for line in lines if line.startswith("replay "))
     assert f" -ngl 99 -t 1 --rpc {server.endpoint} -N 300 -s 5 " in replay
 
 

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pytest
 
 from specllama import sampling
 from specllama.sampling import (
     SamplingParams,
+    accept_tokens,
+    accept_tokens_sparse,
     acceptance_probability,
     residual,
     sample_from,
     sparse_probs,
     sparse_residual,
     to_probs,
-    accept_tokens,
-    accept_tokens_sparse,
 )
 
 from .stats_helpers import (

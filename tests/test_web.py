@@ -282,7 +282,8 @@ def test_a_reply_streams_coloured_by_origin_with_the_servers_statistics(driver, 
 
     body = reply.find_element("class name", "reply")
     driver.execute_script("arguments[0].focus()", body)
-    for key, n in ((Keys.HOME, 0), (Keys.ARROW_RIGHT, 1), (Keys.END, len(passes) - 1), (Keys.ARROW_LEFT, len(passes) - 2)):
+    for key, n in ((Keys.HOME, 0), (Keys.ARROW_RIGHT, 1), (Keys.END, len(passes) - 1),
+                   (Keys.ARROW_LEFT, len(passes) - 2)):
         body.send_keys(key)
         assert info.text.startswith(f"Pass {n + 1}: "), (key, info.text)
 

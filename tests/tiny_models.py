@@ -11,9 +11,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-import numpy as np
-
 import gguf
+import numpy as np
 
 N_EMBD = 64
 N_HEAD = 4

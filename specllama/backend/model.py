@@ -14,9 +14,8 @@ import os
 import time
 from typing import Sequence
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 
 from ..errors import SpecLlamaError
 from ..vocab import VocabInfo
@@ -288,7 +287,8 @@ class LlamaModel:
         n = len(tokens)
         if n and not (0 <= min(tokens) and max(tokens) < self.n_vocab):
             bad = next(t for t in tokens if not 0 <= t < self.n_vocab)
-            raise SpecLlamaError(f"token id {bad} is out of range 0..{self.n_vocab - 1} (the vocabulary of {self.path!r})")
+            raise SpecLlamaError(f"token id {bad} is out of range 0..{self.n_vocab - 1} "
+                                 f"(the vocabulary of {self.path!r})")
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits must be in [0, {n}], got {n_logits}")
         if len(self.tokens) + n > self.n_ctx:

@@ -35,8 +35,7 @@ from .errors import ApiError, from_value_error, internal_error, not_utf8, shutti
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
-from .schemas import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
-                      parse)
+from .schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest, parse
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
 

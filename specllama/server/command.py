@@ -56,9 +56,9 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     # the defaults must pass the rules requests are held to, before anything loads
     generation_flags(dict(o, **defaults.sampling()), convention="openai", max_tokens=n_predict)
 
-    from .app import create_app
     from ..api import SpeculativeLlama
     from ..demo import DEMO_CHAT
+    from .app import create_app
     from .run import log_to_stderr, run
     from .worker import Worker
 
