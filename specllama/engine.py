@@ -148,7 +148,6 @@ class SpeculativeEngine:
         else:
             self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
                               "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
-        self._notice(cap)
 
     def _notice(self, cap: int) -> None:
         """Once per loaded pair: the policy decodes target-only because even

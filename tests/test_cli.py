@@ -293,7 +293,8 @@ def test_ctrl_c_keeps_the_partial_text_and_exits_130(tiny_pair, sigint_ignored):
     env = dict(os.environ, SPECLLAMA_COST_CACHE="0")
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     proc = subprocess.Popen([sys.executable, "-m", "specllama", "generate", "-m", tiny_pair[0], "-md", tiny_pair[1],
-                             "-t", "1", "-c", "8192", "-n", "-1", "--temp", "0", "--ignore-eos", "-p", PROMPT],
+                             "-t", "1", "-c", "8192", "-n", "-1", "--temp", "0", "--ignore-eos", "--draft-fixed",
+                             "-p", PROMPT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=ignore)
     try:
         got = b""
