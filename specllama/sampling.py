@@ -130,10 +130,14 @@ def _candidates(row: np.ndarray, best: float, params: SamplingParams) -> np.ndar
     """Token ids that include every token the filters can keep."""
     n_vocab = row.shape[0]
     if 0 < params.top_k < n_vocab:
-        for window in _TOP_K_WINDOWS:
+        for i, window in enumerate(_TOP_K_WINDOWS):
             cand = np.flatnonzero(row >= best - window)
             if cand.shape[0] >= params.top_k:
                 return cand
+            if i == 0:
+                finite = np.flatnonzero(row > -np.inf)
+                if finite.shape[0] <= params.top_k:
+                    return finite  # no more tokens possible than top_k (a grammar's mask): top-k keeps them all
         return np.argpartition(row, n_vocab - params.top_k)[n_vocab - params.top_k:]
     if params.top_p >= 1.0 and params.min_p > 0.0:
         # min-p alone: everything at or above max + log(min_p)

@@ -576,3 +576,18 @@ def test_sparse_residual_matches_dense():
     assert list(r.ids) == [1, 2]
     np.testing.assert_allclose(r.probs, [2 / 3, 1 / 3], atol=1e-12)
     assert sparse_residual(p, p) is p  # empty residual: p itself
+
+
+def test_a_masked_row_with_fewer_tokens_than_top_k_keeps_the_dense_law():
+    """A grammar's mask can leave fewer finite logits than top_k: the sparse
+    shortcut returns exactly the dense distribution (every possible token kept)."""
+    rng = np.random.default_rng(0)
+    row = np.full(50_000, -np.inf, dtype=np.float32)
+    allowed = rng.choice(50_000, size=7, replace=False)
+    row[allowed] = rng.normal(0, 2, 7).astype(np.float32)
+    for params in (SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+                   SamplingParams(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0)):
+        sparse = sparse_probs(row, params)
+        assert set(sparse.ids) <= set(allowed.tolist())
+        np.testing.assert_allclose(sparse.dense(row.shape[0]), to_probs(row, params), atol=1e-12)
+    assert len(sparse_probs(row, SamplingParams(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0)).ids) == 7
