@@ -7,7 +7,6 @@ The engine verifies whatever it proposes with the same exact rule.
 
 from __future__ import annotations
 
-import time
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -39,9 +38,6 @@ class ModelDrafter:
     def __init__(self, model) -> None:
         self.model = model
         self.n_ctx = model.n_ctx
-        #: seconds of the last proposal spent catching up on tokens the
-        #: draft skipped while not drafting (not a cost of drafting itself)
-        self.catch_up_seconds = 0.0
 
     def prefill(self, tokens: Sequence[int]) -> None:
         if len(tokens) <= self.n_ctx:  # a prompt the draft cannot hold: it will not draft
@@ -51,13 +47,8 @@ class ModelDrafter:
         draft = self.model
         tokens: list[int] = []
         dists: list[SparseProbs] = []
-        self.catch_up_seconds = 0.0
-        have = len(draft.tokens)
-        if len(seq) - have > 2:
-            # the draft fell behind (passes without drafting): catch up first
-            t0 = time.perf_counter()
-            draft.eval(seq[have:-1], n_logits=0)
-            self.catch_up_seconds = time.perf_counter() - t0
+        # tokens the cache lacks (a draft that fell behind: the engine catches it up and times that
+        # before proposing) are evaluated with the first step
         for _ in range(k):
             have = len(draft.tokens)
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
