@@ -33,7 +33,10 @@ Robust for a first-time user and in a long-lived process:
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
-  most ``MAX_PROBE_GAP`` passes.
+  most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
+  fall short at ``FALLBACK_OPTIMISM`` standard errors above the estimates;
+  taking it up again asks them to pay at ``RESUME_OPTIMISM`` (fewer): one
+  lucky probe does not restart a long run of losing passes.
 
 Exactness: k is fixed before any draft token of the pass is drawn, from
 past passes only, so it cannot bias the tokens (see engine.py).
@@ -53,6 +56,7 @@ PRIOR_WEIGHT = 8.0  # a position's estimate leans on the one before it (position
 DECAY = 0.99  # at each drafting pass, older acceptance observations fade
 OPTIMISM = 0.0  # the choice among draft lengths uses estimate + OPTIMISM standard errors
 FALLBACK_OPTIMISM = 1.0  # ... and drafting is given up only if it cannot pay at estimate + this many
+RESUME_OPTIMISM = 0.5  # ... and once given up, taken up again only if it pays at estimate + this many
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
 START_K = 4  # the first pass, before any cost is known
 EXPLORE_EVERY = 16  # passes between probes of a neighbouring k
@@ -137,6 +141,7 @@ class DraftLengthPolicy:
     catch_up_seconds: float = 0.0  # the draft's catch-up after target-only passes, all told
     catch_up_tokens: int = 0
     behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
+    gave_up: bool = False  # drafting was given up on the acceptance seen (resuming then asks for more)
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
 
     # -- estimates --------------------------------------------------------
@@ -276,8 +281,9 @@ class DraftLengthPolicy:
         acceptance rates ``FALLBACK_OPTIMISM`` standard errors above the
         estimates (a few early rejections do not end drafting)."""
         rates = [self._rate(k, self.optimistic_acceptances(k, OPTIMISM)) for k in range(cap + 1)]
+        z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
         may_pay = max(rates[1:]) > rates[0] or max(
-            self._rate(k, self.optimistic_acceptances(k)) for k in range(1, cap + 1)) > rates[0]
+            self._rate(k, self.optimistic_acceptances(k, z)) for k in range(1, cap + 1)) > rates[0]
         return rates, may_pay
 
     def _sure(self, cap: int) -> bool:
@@ -329,12 +335,14 @@ class DraftLengthPolicy:
             # too little evidence to give drafting up: keep measuring at the best k >= 1
             best = max(range(1, cap + 1), key=rates.__getitem__)
         elif best == 0:
+            self.gave_up = True
             if self.since_probe >= self.probe_gap and self._catch_up_affordable():
                 # Try drafting again, at the best k >= 1: the acceptance may have changed.
                 self.since_probe = 0
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
                 best = max(range(1, cap + 1), key=rates.__getitem__)
         else:
+            self.gave_up = False
             self.probe_gap = EXPLORE_EVERY
             self.cost_probe_gap = COST_PROBE_GAP
             if self.since_probe >= EXPLORE_EVERY:

@@ -19,7 +19,8 @@ CAP = DEFAULT_DRAFT_MAX
 NOISE = 0.2  # every timing is its mean times U(1 - NOISE, 1 + NOISE)
 TOKENS = 256  # per call, as benchmarks/robustness.py runs
 PROMPT = 32  # prompt tokens the draft must evaluate before it drafts
-RUNS = 12  # fresh processes per scenario
+RUNS = 36  # fresh processes per scenario
+LONG_LIVED = 4  # long-lived processes per scenario
 # Where the policy still falls short of issue 18's goals on this simulator (the
 # measured ratio in the reason); strict, so a fix that reaches the goal shows.
 SHORT = "issue 18 goal not reached yet:"
@@ -142,8 +143,12 @@ def test_the_machines_are_the_measured_ones():
     assert not cannot_pay(DEMO.draft_step, DEMO.verify, CAP)
 
 
-@pytest.mark.parametrize("accept", [pytest.param(0.5, marks=pytest.mark.xfail(
-    strict=True, reason=f"{SHORT} 0.962 of target-only (fallback probes pay the draft's catch-up)")), 0.8, 0.95])
+@pytest.mark.parametrize("accept", [
+    pytest.param(0.5, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.96 of target-only (it drafts in a third "
+                                                                "of the passes: k = 1 is only 5% slower there)")),
+    0.8,
+    pytest.param(0.95, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.967 (the climb from k = 1 to the "
+                                                                 "best k = 4 takes tens of passes)"))])
 def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     """Fresh processes (a new policy each), 256 tokens each: >= 0.97 of the
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
@@ -156,9 +161,7 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     assert ours >= 0.97 * best, (ours, best, k_best)
 
 
-@pytest.mark.parametrize("accept", [0.5, 0.8, pytest.param(0.95, marks=pytest.mark.xfail(
-    strict=True, reason=f"{SHORT} drafts in 2.9% of passes (noisy warm-up costs: perfect acceptance is only "
-                        "5% short of paying; one process in 12 misjudges it for 62 passes)"))])
+@pytest.mark.parametrize("accept", [0.5, 0.8, 0.95])
 def test_where_drafting_cannot_pay_it_decodes_target_only(accept):
     """The coder pair's costs: target-only is the best fixed k at any
     acceptance; the policy drafts in <= 2% of passes and keeps >= 0.97 of
@@ -177,15 +180,18 @@ def test_where_drafting_cannot_pay_it_decodes_target_only(accept):
 
 
 @pytest.mark.parametrize("accept, early_rejections", [
-    pytest.param(0.8, 0, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.965 of the best fixed k")),
+    pytest.param(0.8, 0, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.9697 of the best fixed k")),
     (0.8, 6), (0.95, 0), (0.95, 6)])
 def test_a_long_lived_process_stays_near_the_best_fixed_k(accept, early_rejections):
     """Ten consecutive calls on one policy (the API's and the server's
     case), the first passes of the first call optionally all rejected: from
-    the third call on, >= 0.97 of the best fixed k, in every call."""
+    the third call on, >= 0.97 of the best fixed k (pooled over ``LONG_LIVED``
+    such processes)."""
     k_best, best = best_fixed(DEMO, accept, seed=6, calls=10)
     rng = np.random.default_rng(7)
-    run = Run(DEMO, rng)
-    results = [run.call(lambda i: 0.0 if i < early_rejections else accept) for _ in range(10)]
-    pooled = tps(results[2:])
+    results = []
+    for _ in range(LONG_LIVED):
+        run = Run(DEMO, rng)
+        results += [run.call(lambda i: 0.0 if i < early_rejections else accept) for _ in range(10)][2:]
+    pooled = tps(results)
     assert pooled >= 0.97 * best, (pooled, best, k_best)
