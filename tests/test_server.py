@@ -248,15 +248,15 @@ BAD_REQUESTS = [
         "prompt must be one string or one list of token ids (batches of prompts are not supported), got 2 prompts",
         "prompt", "unsupported_value")),
     (CHAT, {"messages": [{"role": "bot", "content": "hi"}]}, 400, _error(
-        "messages[0] has role 'bot'; accepted roles: system, developer (as system), user, assistant",
+        "messages[0] has role 'bot'; accepted roles: system, developer (as system), user, assistant, tool",
         "messages[0]", "invalid_value")),
     (CHAT, {"messages": MESSAGES, "logprobs": True, "top_logprobs": 25}, 400, _error(
         "top_logprobs must be an integer in 0..20 (or None), got 25", "top_logprobs", "invalid_value")),
     (CHAT, {"messages": MESSAGES, "n": 2}, 400, _error(
         "n must be 1 (one choice per request is supported), got 2", "n", "unsupported_value")),
     (CHAT, {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, _error(
-        "tools=[{'type': 'function', 'function': {'name': 'f'}}] is not supported by speculative decoding here "
-        "(leave it at None)", "tools", "unsupported_parameter")),
+        "tiny-target.gguf cannot take tools: chat format 'llama-2' does not render them, so the model would never "
+        "see them; --chat-format hermes (chat_format='hermes') names a format that does", "tools", "invalid_value")),
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
      _error("response_format.json_schema must be an object with a 'schema' (and a 'name'), got {'name': 'x'}",
             "response_format.json_schema", "invalid_value")),

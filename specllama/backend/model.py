@@ -247,6 +247,17 @@ class LlamaModel:
         """Text to token ids; BOS is added when ``add_bos`` and the model wants one."""
         return list(self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
 
+    def special_token(self, text: str) -> int | None:
+        """The one token that spells ``text`` in the output and that grammars
+        see as a special token (llguidance: a user-defined token written
+        ``<...>``; control tokens are special too, but print as nothing), or None."""
+        tokens = self.tokenize(text, add_bos=False, special=True)
+        if len(tokens) != 1 or self.token_bytes(tokens[0]) != text.encode():
+            return None
+        attr = llama_cpp.llama_vocab_get_attr(self._vocab, tokens[0])
+        user = attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and text.startswith("<") and text.endswith(">")
+        return tokens[0] if user else None
+
     def token_bytes(self, token: int) -> bytes:
         """The bytes one token stands for (control tokens render as b"")."""
         piece = self._pieces.get(token)

@@ -21,7 +21,6 @@ from ..options import REFUSED
 from .errors import ApiError
 from .settings import RequestDefaults
 
-NO_TOOL_CHOICE = (None, "none", "auto")  # harmless without tools
 #: request field -> the API's name for it, where they differ (llama-server's ``mirostat``)
 API_NAMES = {"mirostat": "mirostat_mode"}
 
@@ -114,9 +113,7 @@ class _Generation(_Strict):
 
     def _given(self, name: str, value: Any) -> bool:
         """Whether a refusable field says more than "nothing" (an empty
-        string or list, a text response format, a tool choice without tools)."""
-        if name in ("tool_choice", "function_call"):
-            return value not in NO_TOOL_CHOICE
+        string or list)."""
         return not (isinstance(value, (str, list)) and not value)
 
 
@@ -150,10 +147,11 @@ class ChatCompletionRequest(_Generation):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
+    tools: Any = None  # tool calls: checked by the API (specllama.tools.check_tools)
     tool_choice: Any = None
-    functions: list[Any] | None = None
+    functions: Any = None
     function_call: Any = None
+    parallel_tool_calls: Any = None
 
     def api_kwargs(self, defaults: RequestDefaults) -> tuple[dict, dict[str, str]]:
         """``SpeculativeLlama.create_chat_completion`` keyword arguments, and renames."""
@@ -162,7 +160,9 @@ class ChatCompletionRequest(_Generation):
         if self.max_completion_tokens is not None:
             renames["max_tokens"] = "max_completion_tokens"
         renames["logprobs"] = "top_logprobs"  # the API checks top_logprobs as "logprobs"
-        kwargs.update(messages=self.messages, logprobs=bool(self.logprobs), top_logprobs=self.top_logprobs)
+        kwargs.update(messages=self.messages, logprobs=bool(self.logprobs), top_logprobs=self.top_logprobs,
+                      tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+                      functions=self.functions, function_call=self.function_call)
         return kwargs, renames
 
 
