@@ -9,6 +9,11 @@ median over rounds of ratios taken within a round.
 
     python benchmarks/structured.py                 # chat demo pair, 5 rounds, T=0 and 0.8
     python benchmarks/structured.py --rounds 2 --temps 0
+    python benchmarks/structured.py --task tools --pair demo-coder   # a tool call on the coder pair
+
+The tool task asks for one call (``tool_choice="required"``, no parallel
+calls) of a weather tool; its configurations are target-only and
+speculative with and without forced drafts.
 
 Prints per temperature: decode tok/s (median), tokens per target pass, the
 share of emitted tokens that came from forced drafts, the grammar's share of
@@ -44,17 +49,27 @@ SCHEMA = {
 }
 MAX_TOKENS = 64
 CONFIGS = ("target-only", "spec-no-forced", "spec", "free-target-only", "free-spec", "llama-cpp-python")
+TOOL_CONFIGS = ("target-only", "spec-no-forced", "spec")
+CITIES = ["Madrid", "Hamburg", "Osaka", "Prague", "Uppsala"]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
 
 
 def messages(sentence: str) -> list[dict]:
     return [{"role": "user", "content": f"Extract name, age and city as JSON: '{sentence}'"}]
 
 
-def one(config: str, temperature: float, threads: int | None, seed: int) -> dict:
-    """One fresh process's figures for one configuration (all sentences)."""
-    from specllama.demo import demo_chat_pair
+def one(config: str, temperature: float, threads: int | None, seed: int, task: str = "json",
+        pair: str = "demo-chat") -> dict:
+    """One fresh process's figures for one configuration (all sentences, or all cities)."""
+    from specllama.demo import demo_chat_pair, demo_coder_pair
 
-    target, draft = demo_chat_pair()
+    target, draft = demo_coder_pair() if pair == "demo-coder" else demo_chat_pair()
+    if task == "tools":
+        return _tools(config, target, draft, temperature, threads, seed)
     response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
     totals = {"tokens": 0, "seconds": 0.0, "passes": 0, "forced": 0, "grammar_seconds": 0.0, "valid": 0}
     if config == "llama-cpp-python":
@@ -88,6 +103,37 @@ def one(config: str, temperature: float, threads: int | None, seed: int) -> dict
     return totals
 
 
+def _tools(config: str, target: str, draft: str, temperature: float, threads: int | None, seed: int) -> dict:
+    from specllama.api import SpeculativeLlama
+
+    totals = {"tokens": 0, "seconds": 0.0, "passes": 0, "forced": 0, "grammar_seconds": 0.0, "valid": 0}
+    with SpeculativeLlama(target, None if config == "target-only" else draft, n_ctx=2048, n_threads=threads,
+                          seed=seed, forced_drafts=config != "spec-no-forced", chat_format=_tool_format(target)) as llm:
+        for city in CITIES:
+            r = llm.create_chat_completion([{"role": "user", "content": f"What is the weather in {city} now?"}],
+                                           tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+                                           temperature=temperature, max_tokens=MAX_TOKENS)
+            stats = llm.last_stats
+            totals["tokens"] += stats.n_tokens
+            totals["seconds"] += stats.seconds
+            totals["passes"] += stats.n_target_passes
+            totals["forced"] += stats.n_forced_accepted
+            totals["grammar_seconds"] += stats.grammar_seconds
+            calls = r["choices"][0]["message"].get("tool_calls") or []
+            totals["valid"] += len(calls) == 1 and _parses(calls[0]["function"]["arguments"])
+    return totals
+
+
+def _tool_format(target: str) -> str | None:
+    """None where the model's own template renders tools (Qwen 2.5), else the hermes format."""
+    from specllama.backend import LlamaModel
+    from specllama.chat_template import chat_template_for
+
+    with LlamaModel(target, n_ctx=64) as m:
+        own = chat_template_for(m.metadata, bos_token=m.bos_text, eos_token=m.eos_text)
+    return None if own.renders_tools() else "hermes"
+
+
 def _parses(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
@@ -100,30 +146,34 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--temps", default="0,0.8")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--task", choices=("json", "tools"), default="json")
+    ap.add_argument("--pair", choices=("demo-chat", "demo-coder"), default="demo-chat")
     ap.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)
     ap.add_argument("--temp", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.temp, args.threads, args.seed)))
+        print(json.dumps(one(args.one, args.temp, args.threads, args.seed, args.task, args.pair)))
         return
     temps = [float(t) for t in args.temps.split(",")]
+    configs = TOOL_CONFIGS if args.task == "tools" else CONFIGS
     for temp in temps:
-        rows: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+        rows: dict[str, list[dict]] = {c: [] for c in configs}
         for rnd in range(args.rounds):
-            order = CONFIGS[rnd % len(CONFIGS):] + CONFIGS[:rnd % len(CONFIGS)]
+            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
             for config in order:
-                cmd = [sys.executable, __file__, "--one", config, "--temp", str(temp), "--seed", str(rnd)]
+                cmd = [sys.executable, __file__, "--one", config, "--temp", str(temp), "--seed", str(rnd),
+                       "--task", args.task, "--pair", args.pair]
                 if args.threads:
                     cmd += ["--threads", str(args.threads)]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 rows[config].append(json.loads(out.strip().splitlines()[-1]))
                 r = rows[config][-1]
                 log(f"T={temp:g} round {rnd + 1}: {config:>18} {r['tokens'] / r['seconds']:6.1f} tok/s")
-        report(temp, rows)
+        report(temp, rows, args.task)
 
 
-def report(temp: float, rows: dict[str, list[dict]]) -> None:
+def report(temp: float, rows: dict[str, list[dict]], task: str = "json") -> None:
     def tps(r: dict) -> float:
         return r["tokens"] / r["seconds"] if r["seconds"] else 0.0
 
@@ -139,6 +189,10 @@ def report(temp: float, rows: dict[str, list[dict]]) -> None:
         valid = sum(r["valid"] for r in rs)
         print(f"{config:>18}  {statistics.median(tps(r) for r in rs):6.1f}  {per_pass:8.2f}  {forced:6.1%}  "
               f"{grammar:7.1%}  {valid}/{len(rs) * len(SENTENCES)}")
+    if task == "tools":
+        print(f"speculative/target-only on one tool call: {ratio('spec', 'target-only'):.2f}x; forced-token drafts "
+              f"add {ratio('spec', 'spec-no-forced') - 1:+.1%}")
+        return
     free = ratio("free-spec", "free-target-only")
     schema = ratio("spec", "target-only")
     print(f"speculative/target-only: free text {free:.2f}x, under the schema {schema:.2f}x "

@@ -111,6 +111,7 @@ class SpecLlama(llm.Model):
 
     can_stream = True
     supports_schema = True  # llm --schema / --schema-multi: the reply follows the JSON schema
+    supports_tools = True  # llm -T / --functions: OpenAI-style tool calls (specllama.tools)
 
     class Options(llm.Options):
         temperature: float | None = Field(
@@ -132,6 +133,10 @@ class SpecLlama(llm.Model):
         n_gpu_layers: int | None = Field(
             default=None, ge=-1, description="Layers of both models on the GPU, -1 = all (default 0)")
         n_threads: int | None = Field(default=None, ge=1, description="CPU threads (default: all cores)")
+        tool_choice: str | None = Field(
+            default=None, pattern="^(auto|none|required)$",
+            description="With tools: auto (default), none, or required: the reply must call a tool (replies to "
+                        "tool results are free, so the chain can answer)")
 
     def __init__(self, model_id: str, *, pair: str | None = None, target: str | None = None,
                  draft: str | None = None) -> None:
@@ -145,6 +150,15 @@ class SpecLlama(llm.Model):
         call = {k: options[k] for k in CALL_OPTIONS if k in options}
         if prompt.schema:
             call["response_format"] = {"type": "json_schema", "json_schema": {"name": "llm", "schema": prompt.schema}}
+        if prompt.tools:
+            choice = options.get("tool_choice", "auto")
+            if choice == "required" and prompt.tool_results:
+                choice = "auto"  # the results are in: the model may answer
+            call["tool_choice"] = choice
+            call["tools"] = [{"type": "function", "function": {
+                "name": t.name, "description": t.description,
+                "parameters": t.input_schema or {"type": "object", "properties": {}}}} for t in prompt.tools]
+        calls: dict[int, dict] = {}
         try:
             model = self._speculative_llama({k: options[k] for k in LOAD_OPTIONS if k in options})
             result = model.create_chat_completion(_messages(prompt), stream=stream,
@@ -152,16 +166,25 @@ class SpecLlama(llm.Model):
             if stream:
                 final: dict = {}
                 for final in result:
-                    text = final["choices"][0]["delta"].get("content")
-                    if text:
-                        yield text
+                    delta = final["choices"][0]["delta"]
+                    for piece in delta.get("tool_calls", ()):
+                        entry = calls.setdefault(piece["index"], {"id": piece.get("id"), "name": None, "args": ""})
+                        entry["name"] = piece["function"].get("name") or entry["name"]
+                        entry["args"] += piece["function"]["arguments"]
+                    if delta.get("content"):
+                        yield delta["content"]
             else:
                 final = result
-                text = final["choices"][0]["message"]["content"]
-                if text:
-                    yield text
+                message = final["choices"][0]["message"]
+                for i, c in enumerate(message.get("tool_calls", ())):
+                    calls[i] = {"id": c["id"], "name": c["function"]["name"], "args": c["function"]["arguments"]}
+                if message["content"]:
+                    yield message["content"]
         except SpecLlamaError as e:
             raise PairError(str(e)) from None
+        for _, c in sorted(calls.items()):
+            response.add_tool_call(llm.ToolCall(name=c["name"], arguments=json.loads(c["args"]),
+                                                tool_call_id=c["id"]))
         _record(response, final)
 
     def _speculative_llama(self, load: dict):
@@ -178,13 +201,26 @@ class SpecLlama(llm.Model):
         return _loaded[key]
 
 
-def _messages(prompt) -> list[dict[str, str]]:
-    """``prompt.messages`` (the whole chain, earlier turns and system prompt
-    included) as chat messages: each message's text parts."""
-    from llm.parts import TextPart
+def _messages(prompt) -> list[dict]:
+    """``prompt.messages`` (the whole chain, earlier turns, system prompt,
+    tool calls and their results included) as OpenAI chat messages."""
+    from llm.parts import TextPart, ToolCallPart, ToolResultPart
 
-    return [{"role": m.role, "content": "".join(p.text for p in m.parts if isinstance(p, TextPart))}
-            for m in prompt.messages]
+    out: list[dict] = []
+    for m in prompt.messages:
+        text = "".join(p.text for p in m.parts if isinstance(p, TextPart))
+        calls = [{"id": p.tool_call_id, "type": "function",
+                  "function": {"name": p.name, "arguments": json.dumps(p.arguments)}}
+                 for p in m.parts if isinstance(p, ToolCallPart)]
+        results = [p for p in m.parts if isinstance(p, ToolResultPart)]
+        if calls:
+            out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+        elif results:
+            out += [{"role": "tool", "tool_call_id": p.tool_call_id, "content": p.exception or p.output}
+                    for p in results]
+        else:
+            out.append({"role": m.role, "content": text})
+    return out
 
 
 def _record(response, final: dict) -> None:

@@ -362,3 +362,48 @@ def test_greedy_speculative_equals_greedy_target_only(engine, sentence, drafter,
                          forced_drafts=forced_drafts)
         assert got == expected and steps[-1].finish_reason == ref_steps[-1].finish_reason == "stop"
         assert tuple(got) in set(sentence.sentences())
+
+
+# -- a lazy trigger (the shape of tool calls: free text until a trigger, then a held call) --------------
+
+#: free text of at most two words, or a call: the trigger is "to" "the" (two tokens: "to" followed by
+#: anything else is text again), after which the call's body must follow ("house"/"night"/"little", then
+#: the forced "and"). A reply may end after free text or after a complete call, never inside one.
+LAZY = {
+    0: {"the": 1, "queen": 1, "to": 10},
+    1: {"cat": 2, "ran": 2, "to": 11},
+    2: {"to": 12},
+    10: {"the": 20, "saw": 1},
+    11: {"the": 20, "saw": 2},
+    12: {"the": 20},
+    20: {"house": 21, "night": 21, "little": 21},
+    21: {"and": 22},
+    22: {},
+}
+LAZY_ACCEPTING = {1, 2, 22}
+
+
+@pytest.mark.parametrize("drafter, rule, forced_drafts", [SPECULATIVE[0], SPECULATIVE[3], SPECULATIVE[4]])
+def test_a_lazy_trigger_keeps_the_law(engine, drafter, rule, forced_drafts):
+    """Speculative decoding under a lazy trigger split across two tokens
+    (drafts complete it and are rejected, or start it and go on as text) has
+    the law of target-only masked decoding: the trigger's state is the
+    grammar's, rolled back with it. N = 1,000: detects w >= 0.25 with power 0.99."""
+    lazy = Grammar(engine.target, LAZY, LAZY_ACCEPTING)
+    expected = masked_law(engine.target, engine.target.tokenize(PROMPT), lazy, PLAIN)
+    assert expected.sum() == pytest.approx(1.0, abs=1e-9) and detectable(expected, N_RUNS) <= 0.25
+    assert sum(expected[i] for i, s in enumerate(lazy.sentences()) if len(s) > 4) > 0.05  # calls are made
+    counts, stats = counts_of(drafting_engine(engine, drafter), lazy, N_RUNS, seed=13, rule=rule,
+                              forced_drafts=forced_drafts)
+    assert_distributed_as(counts, expected)
+    assert 0 < stats["accepted"] < stats["drafted"]
+
+
+def test_a_trigger_advanced_by_rejected_drafts_fails_the_check(engine):
+    """The same check fails when the grammar (and so the trigger) is advanced
+    by every draft, rejected ones included."""
+    lazy = Grammar(engine.target, LAZY, LAZY_ACCEPTING)
+    expected = masked_law(engine.target, engine.target.tokenize(PROMPT), lazy, PLAIN)
+    counts, _ = counts_of(engine, lazy, N_RUNS, seed=13, make_constraint=AdvancedByDrafts)
+    with pytest.raises(AssertionError, match="chi2|p = 0"):
+        assert_distributed_as(counts, expected)

@@ -6,6 +6,7 @@ directly on the same messages."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -282,3 +283,20 @@ def test_schema_constrains_the_reply_and_is_logged(tiny):
     expected = api(tiny, [user("once upon a time")], temperature=0, max_tokens=60,
                    response_format={"type": "json_schema", "json_schema": {"name": "llm", "schema": schema}})
     assert out.strip() == reply(expected[0])
+
+
+def test_tools_run_the_loop_and_land_in_the_logs(user_dir, coder_paths):
+    """llm -T llm_version on the real coder pair: the model calls the tool
+    (``tool_choice required``: this 1.5B model writes calls as a ```json
+    block when left free), llm runs it and sends the result back, and both
+    the calls and the results are logged, tied by their ids."""
+    llm_cli("specllama", "add", "coder", *coder_paths)
+    out = llm_cli("-m", "specllama-coder", "-T", "llm_version", "What version of llm is installed?", "--td",
+                  "-o", "temperature", "0", "-o", "max_tokens", "60", "-o", "tool_choice", "required")
+    first, second = last_logged(2)
+    assert first["tool_calls"] and {c["name"] for c in first["tool_calls"]} == {"llm_version"}
+    assert all(c["arguments"] == {} for c in first["tool_calls"])
+    version = importlib.metadata.version("llm")
+    assert [r["output"] for r in second["tool_results"]] == [version] * len(first["tool_calls"])
+    assert [r["tool_call_id"] for r in second["tool_results"]] == [c["tool_call_id"] for c in first["tool_calls"]]
+    assert "Tool call: llm_version({})" in out and version in out

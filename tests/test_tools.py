@@ -237,3 +237,23 @@ def test_coder_pair_streamed_calls_equal_the_collected_ones_and_target_only(code
     for c in calls:
         jsonschema.validate(json.loads(c.function.arguments), _schema(WEATHER))
     assert [json.loads(c.function.arguments)["city"] for c in calls[:2]] == ["Paris", "Tokyo"]
+
+
+def test_tool_choice_none_length_and_refusals_on_the_api(tiny_llm):
+    messages = [{"role": "user", "content": "once upon a time"}]
+    plain = tiny_llm.create_chat_completion(messages, temperature=0, max_tokens=8)
+    none = tiny_llm.create_chat_completion(messages, tools=[SWITCH], tool_choice="none", temperature=0, max_tokens=8)
+    assert none["choices"][0]["message"] == plain["choices"][0]["message"]  # not rendered, not constrained
+    assert none["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+    cut = tiny_llm.create_chat_completion(messages, tools=[SWITCH], tool_choice="required", temperature=0,
+                                          max_tokens=24)
+    choice = cut["choices"][0]
+    assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"]
+    assert choice["message"]["content"].startswith("<tool_call>\n{")  # the text so far, as content
+    for fields, param in (({"response_format": {"type": "json_object"}}, "response_format"),
+                          ({"grammar": 'root ::= "a"'}, "grammar")):
+        with pytest.raises(ValueError) as e:
+            tiny_llm.create_chat_completion(messages, tools=[SWITCH], **fields)
+        assert e.value.param == param and str(e.value).startswith(f"tools and {param} were given together")
+    assert tiny_llm.create_chat_completion(messages, tools=[SWITCH], tool_choice="none", max_tokens=2,
+                                           response_format={"type": "json_object"})["choices"][0]
