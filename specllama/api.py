@@ -26,10 +26,12 @@ from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
+from .infill import check_extra, fim_prompt
 from .opener import open_engine
 from .options import (
     DEFAULT_RULE,
     GenerationOptions,
+    apply_samplers,
     check_convention,
     check_draft,
     check_logprobs,
@@ -298,6 +300,8 @@ class SpeculativeLlama:
         grammar: Any = None,
         json_schema: Any = None,
         response_format: dict | None = None,
+        suffix: str | None = None,
+        samplers: Sequence[str] | None = None,
         **unsupported: Any,
     ):
         """llama-cpp-python's ``create_completion``: a ``text_completion``
@@ -322,14 +326,27 @@ class SpeculativeLlama:
         {"schema": ...}}``) constrains the output; the text keeps exactly the
         law of target-only decoding under the same grammar (see
         docs/how-it-works.md). Log-probabilities are then those of the
-        masked distribution each token was drawn from."""
-        options = self._options(dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                     max_tokens=max_tokens, stop=stop, repeat_penalty=repeat_penalty,
-                                     presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                                     repeat_last_n=repeat_last_n, logit_bias=logit_bias,
-                                     logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                                     logprobs=logprobs, grammar=grammar, json_schema=json_schema,
-                                     response_format=response_format), unsupported, draft_max)
+        masked distribution each token was drawn from.
+
+        Fill in the middle: ``suffix`` (with a text ``prompt`` as the prefix)
+        builds the model's FIM prompt (:meth:`fim_prompt`); a model without
+        FIM tokens raises ``ValueError``. ``samplers``: llama-server's list of
+        sampler names (:func:`specllama.options.apply_samplers`; "infill" is
+        llama.cpp's infill sampler, on target and draft rows alike)."""
+        call, infill = apply_samplers(dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens,
+            stop=stop, repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n, logit_bias=logit_bias,
+            logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
+            grammar=grammar, json_schema=json_schema, response_format=response_format), samplers)
+        options = self._options(call, unsupported, draft_max)
+        if infill:
+            options = replace(options, params=replace(options.params, infill=self._target.infill_vocab()))
+        if suffix is not None:
+            if not isinstance(prompt, str) or not isinstance(suffix, str):
+                raise SpecLlamaError("suffix (fill in the middle) takes a text prompt and a text suffix, got "
+                                     f"{type(prompt).__name__} and {type(suffix).__name__}", param="suffix")
+            prompt = self.fim_prompt(prompt, suffix, n_predict=options.max_tokens or 0, param="suffix")
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         # the prompt as given (a token prompt, as its text)
@@ -432,6 +449,45 @@ class SpeculativeLlama:
                                     origins=origins),
             lambda t: (self._token_text(t), self._target.token_bytes(t)), reader))
         return chunks if stream else collect_chat(chunks)
+
+    def fim_prompt(self, prefix: str, suffix: str, *, prompt: str = "", input_extra: object = None,
+                   n_predict: int = 0, param: str = "input_suffix") -> list[int]:
+        """The fill-in-the-middle prompt's tokens, as llama-server assembles
+        them (:mod:`specllama.infill`): ``input_extra`` chunks, the prefix with
+        ``prompt`` (the current line) after it, the suffix.
+
+        Raises:
+            ValueError: bad ``input_extra``; a model without FIM tokens (code
+                ``not_supported``, ``param`` the field that asked for it).
+        """
+        extra = check_extra(input_extra)
+        fim = self._target.fim_tokens()
+        if fim is None:
+            raise SpecLlamaError(f"Infill is not supported by this model: {os.path.basename(self.model_path)} has no "
+                                 "fill-in-the-middle tokens (prefix, suffix and middle)", param=param,
+                                 code="not_supported")
+        for name, value in (("prefix", prefix), ("suffix", suffix), ("prompt", prompt)):
+            if not isinstance(value, str):
+                raise SpecLlamaError(f"{name} must be a string, got {type(value).__name__}", param=name)
+        t = self._target
+        return fim_prompt(lambda text: t.tokenize(text, add_bos=False, special=False), fim, prefix=prefix,
+                          suffix=suffix, prompt=prompt, extra=extra, n_batch=t.n_batch, n_ctx=t.n_ctx,
+                          n_predict=n_predict)
+
+    def prefill(self, prompt_tokens: Sequence[int]) -> Iterator[dict]:
+        """Load a prompt into the caches without generating (an editor's
+        warm-up): a one-item stream (it waits its turn like a generation) of
+        ``{"n_prompt", "n_evaluated", "n_cached", "seconds"}``."""
+        tokens = tokenize_prompt(self.engine, list(prompt_tokens))
+
+        def run() -> Iterator[dict]:
+            t0 = time.perf_counter()
+            n_evaluated = self.engine.prefill(tokens, draft=self.engine.drafter is not None and (
+                self.engine.policy.drafting(self.draft_max) if self.adaptive else self.draft_max > 0))
+            yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated,
+                   "n_cached": len(self._target.tokens), "seconds": time.perf_counter() - t0}
+
+        return _Stream(self._turns, run)
 
     def chat_template(self):
         """The chat template in use (the model's own, or a named format)."""

@@ -43,7 +43,7 @@ DEFAULT_MAX_TOKENS = 128  # generate's -n, and stream_generate's max_tokens
 # the value given here, which leaves the output as it is. Every surface reads
 # this one table (the API's keyword arguments, the server's request fields).
 REFUSED: dict[str, Any] = {
-    "suffix": None, "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+    "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
     "dynatemp_range": 0.0, "top_n_sigma": -1.0,
 }
 #: options accepted and ignored: no effect on the output (with mirostat off) or on anything
@@ -419,6 +419,35 @@ def generation_options(
         rule=check_rule(rule),
         logprobs=check_logprobs(logprobs),
     )
+
+
+#: llama-server's sampler names (``samplers``) and what each stands for here
+SAMPLERS = ("top_k", "top_p", "min_p", "temperature", "infill", "penalties", "dry", "typ_p", "xtc", "top_n_sigma")
+#: a listed name that is left out switches its filter off: these values
+_OFF = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "temperature": 1.0}
+
+
+def apply_samplers(call: dict, samplers: object) -> tuple[dict, bool]:
+    """llama-server's ``samplers`` list: the filters it leaves out are off
+    (temperature then 1, as in llama-server), and "infill" turns llama.cpp's
+    infill sampler on (last, whatever its place in the list; the others run in
+    this package's one order). None: ``call`` as it is. Returns the call and
+    whether "infill" was asked for."""
+    if samplers is None:
+        return call, False
+    if isinstance(samplers, str) or not isinstance(samplers, (list, tuple)) or not all(
+            isinstance(s, str) for s in samplers):
+        raise SpecLlamaError(f"samplers must be a list of sampler names ({', '.join(SAMPLERS)}), got {samplers!r:.60}",
+                             param="samplers")
+    unknown = [s for s in samplers if s not in SAMPLERS]
+    if unknown:
+        raise SpecLlamaError(f"samplers has unknown name {unknown[0]!r}; known: {', '.join(SAMPLERS)}",
+                             param="samplers")
+    call = dict(call)
+    for name, off in _OFF.items():
+        if name not in samplers:
+            call[name] = off
+    return call, "infill" in samplers
 
 
 def check_prompt_text(prompt: str) -> str:

@@ -61,6 +61,8 @@ class SamplingParams:
     top_p: float = DEFAULT_TOP_P
     min_p: float = DEFAULT_MIN_P
     seed: int | None = None
+    #: llama.cpp's "infill" sampler, last (:class:`InfillVocab`; None: off)
+    infill: "InfillVocab | None" = None
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -186,8 +188,58 @@ def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
         cand, vals = cand[keep], vals[keep]
     scaled = vals / params.temperature
     w = np.exp(scaled - scaled.max())
+    probs = w / w.sum()
+    if params.infill is not None:
+        cand, probs = params.infill.apply(cand, probs)
     order = np.argsort(cand)
-    return SparseProbs(cand[order].astype(np.int64), (w / w.sum())[order])
+    return SparseProbs(cand[order].astype(np.int64), probs[order])
+
+
+@dataclass(frozen=True, eq=False)
+class InfillVocab:
+    """What llama.cpp's "infill" sampler needs of a vocabulary, as data: each
+    token's text (``pieces``, control tokens as b""), the end-of-generation
+    ids, and the token it falls back to (EOT, else EOS).
+
+    :meth:`apply` is the sampler, a pure function of the kept tokens and their
+    probabilities (applied to target and draft rows alike, so speculation keeps
+    the law): when end of generation is likely enough (3 n p_eog > p_text) only
+    the end-of-generation tokens stay; otherwise a token whose text starts
+    another's takes the other's mass (into the likelier of the two), text
+    tokens under 0.2 and then under 1 / (n + 1) are dropped, and a row left
+    with no text token becomes the fallback token."""
+
+    pieces: Sequence[bytes]
+    eog: frozenset
+    fallback: int
+
+    def apply(self, ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(-probs, kind="stable")  # llama.cpp walks them most likely first
+        ids, probs = ids[order], probs[order].astype(np.float64)
+        is_eog = np.array([int(t) in self.eog for t in ids], dtype=bool)
+        p_eog = float(probs[is_eog].sum())
+        if 3 * p_eog * ids.shape[0] > float(probs[~is_eog].sum()):
+            return ids[is_eog], probs[is_eog] / p_eog
+        alive = np.ones(ids.shape[0], dtype=bool)
+        pieces = [self.pieces[int(t)] for t in ids]
+        for i0 in range(ids.shape[0]):
+            for i1 in range(ids.shape[0]):
+                if not alive[i0]:
+                    break
+                if i0 == i1 or not alive[i1]:
+                    continue
+                a, b = pieces[i0], pieces[i1]
+                if a and len(a) <= len(b) and b.startswith(a):
+                    dst, src = (i1, i0) if probs[i1] > probs[i0] else (i0, i1)
+                    probs[dst] += probs[src]
+                    probs[src], alive[src] = 0.0, False
+        keep = alive & ((probs >= 0.2) | is_eog)
+        n_text = int((keep & ~is_eog).sum())
+        if n_text == 0:
+            return np.array([self.fallback], dtype=np.int64), np.ones(1)
+        ids, probs, is_eog = ids[keep], probs[keep] / probs[keep].sum(), is_eog[keep]
+        keep = (probs >= 1.0 / (n_text + 1)) | is_eog
+        return ids[keep], probs[keep] / probs[keep].sum()
 
 
 def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

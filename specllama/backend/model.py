@@ -247,6 +247,36 @@ class LlamaModel:
         """Text to token ids; BOS is added when ``add_bos`` and the model wants one."""
         return list(self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
 
+    def fim_tokens(self):
+        """The vocabulary's fill-in-the-middle tokens
+        (:class:`~specllama.infill.FimTokens`; None without prefix, suffix and
+        middle tokens)."""
+        from ..infill import FimTokens
+
+        v = self._vocab
+
+        def token(get) -> int | None:
+            t = int(get(v))
+            return t if t >= 0 else None
+
+        pre, suf, mid = (token(llama_cpp.llama_vocab_fim_pre), token(llama_cpp.llama_vocab_fim_suf),
+                         token(llama_cpp.llama_vocab_fim_mid))
+        if pre is None or suf is None or mid is None:
+            return None
+        return FimTokens(pre, suf, mid, token(llama_cpp.llama_vocab_fim_rep), token(llama_cpp.llama_vocab_fim_sep),
+                         self.bos if llama_cpp.llama_vocab_get_add_bos(v) and self.bos >= 0 else None)
+
+    def infill_vocab(self):
+        """The vocabulary as llama.cpp's "infill" sampler reads it
+        (:class:`~specllama.sampling.InfillVocab`; built once)."""
+        if getattr(self, "_infill_vocab", None) is None:
+            from ..sampling import InfillVocab
+
+            eot = int(llama_cpp.llama_vocab_eot(self._vocab))
+            self._infill_vocab = InfillVocab([self.token_bytes(t) for t in range(self.n_vocab)],
+                                             frozenset(self.eog_tokens()), eot if eot >= 0 else self.eos)
+        return self._infill_vocab
+
     def special_token(self, text: str) -> int | None:
         """The one token that spells ``text`` in the output and that grammars
         see as a special token (llguidance: a user-defined token written

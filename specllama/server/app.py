@@ -35,6 +35,7 @@ from .errors import ApiError, from_value_error, internal_error, not_utf8, shutti
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
+from .native import COMPLETION, INFILL, InfillRequest, NativeCompletionRequest, collect_native, create_native
 from .schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest, parse
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
@@ -99,11 +100,15 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
         return JSONResponse(internal_error().body(), status_code=500)
 
     async def generation(request: Request, model: type, create: Callable, collect: Callable, endpoint: str,
-                         prompt_field: str):
+                         prompt_field: str, *, native: bool = False):
+        """``native``: llama-server's own endpoints (``create`` and ``collect``
+        are then made per request, and a stream ends without ``[DONE]``)."""
         arrived = time.perf_counter()
         try:
             req = parse(model, await _json_body(request))
             kwargs, renames = req.api_kwargs(settings.defaults)
+            if native:
+                create, collect = partial(create_native, llm, req), collect_native(req)
             try:
                 chunks = await asyncio.get_running_loop().run_in_executor(
                     intake, partial(create, model=settings.alias, **kwargs))
@@ -130,8 +135,8 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
             raise
         setattr(request.state, JOB_KEY, job)
         if req.stream:
-            return EventSourceResponse(events(job, worker, include_usage=req.include_usage), sep=SSE_SEPARATOR,
-                                       shutdown_grace_period=SHUTDOWN_GRACE_SECONDS)
+            return EventSourceResponse(events(job, worker, include_usage=req.include_usage, done=not native),
+                                       sep=SSE_SEPARATOR, shutdown_grace_period=SHUTDOWN_GRACE_SECONDS)
         return await respond(job, worker, request, collect)
 
     @app.post(COMPLETIONS)
@@ -143,6 +148,16 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
     async def chat_completions(request: Request):
         return await generation(request, ChatCompletionRequest, llm.create_chat_completion, collect_chat,
                                 CHAT, "messages")
+
+    @app.post(INFILL)
+    async def infill(request: Request):
+        return await generation(request, InfillRequest, create_native, collect_native, INFILL, "input_prefix",
+                                native=True)
+
+    @app.post(COMPLETION)
+    async def completion(request: Request):
+        return await generation(request, NativeCompletionRequest, create_native, collect_native, COMPLETION,
+                                "prompt", native=True)
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -111,11 +111,12 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def events(job: AsyncJob, worker: Worker, *, include_usage: bool) -> AsyncIterator[str]:
+async def events(job: AsyncJob, worker: Worker, *, include_usage: bool, done: bool = True) -> AsyncIterator[str]:
     """The ``data:`` payloads of a streamed response: the API's chunks, then
     (``include_usage``) a chunk with empty ``choices`` and ``usage``, then
-    ``[DONE]``; ``usage`` is only there, as OpenAI sends it (a client adding
-    up the usage of chunks counts it once). A job that fails ends with an
+    ``[DONE]`` (not for llama-server's own endpoints: ``done`` False);
+    ``usage`` is only there, as OpenAI sends it (a client adding up the
+    usage of chunks counts it once). A job that fails ends with an
     error object; a client that disconnects (sse-starlette cancels this
     generator) cancels the job."""
     last, usage = None, None
@@ -132,7 +133,8 @@ async def events(job: AsyncJob, worker: Worker, *, include_usage: bool) -> Async
             return
         else:
             yield _json(job.failure().body())
-        yield "[DONE]"
+        if done:
+            yield "[DONE]"
     finally:
         if job.outcome is None:
             worker.cancel(job)

@@ -136,7 +136,7 @@ class CompletionRequest(_Generation):
                                     f"not supported), got {len(prompt)} prompts", param="prompt",
                                code="unsupported_value")
             prompt = prompt[0]
-        kwargs.update(prompt=prompt, echo=bool(self.echo), logprobs=self.logprobs)
+        kwargs.update(prompt=prompt, echo=bool(self.echo), logprobs=self.logprobs, suffix=self.suffix)
         return kwargs, renames
 
 
