@@ -142,6 +142,9 @@ class DraftLengthPolicy:
     catch_up_tokens: int = 0
     behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
     gave_up: bool = False  # drafting was given up on the acceptance seen (resuming then asks for more)
+    # the costs cannot_pay judges by: (draft step, rows -> seconds), kept until
+    # other costs than one row's are timed
+    _verdict: tuple[float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
 
     # -- estimates --------------------------------------------------------
@@ -211,9 +214,11 @@ class DraftLengthPolicy:
             return min(min(own), estimate) if estimate is not None else min(own)
         return estimate if estimate is not None else 0.0
 
-    def _estimate(self, rows: int) -> float | None:
-        """A pass of ``rows`` rows from the other row counts' costs."""
-        pts = sorted((n, t) for n, t in self.verify_seconds.items() if n != rows)
+    def _estimate(self, rows: int, seconds: dict[int, float] | None = None) -> float | None:
+        """A pass of ``rows`` rows from the other row counts' costs (``seconds``:
+        rows -> seconds; default the typical recent ones)."""
+        seconds = self.verify_seconds if seconds is None else seconds
+        pts = sorted((n, t) for n, t in seconds.items() if n != rows)
         if not pts:
             return None
         below = [(n, t) for n, t in pts if n < rows]
@@ -248,10 +253,19 @@ class DraftLengthPolicy:
 
     def cannot_pay(self, cap: int) -> bool:
         """Whether the known costs say that even perfect acceptance cannot
-        pay for any k in 1..cap (False while the costs are unsure)."""
+        pay for any k in 1..cap (False while the costs are unsure).
+
+        The verdict holds until a draft step or a pass of more than one row is
+        timed again (a probe, a drafting pass): target-only passes alone do not
+        reopen it, since their fresh timings set against older timings of the
+        other kinds would judge a machine that got busier as one where drafting
+        pays (the costs of all kinds are re-measured together by the probes)."""
         if cap <= 0 or not self.costs_known():
             return False
-        return cannot_pay(self.draft_seconds, self.verify_cost, cap)
+        if self._verdict is None:  # the costs of this moment, kept (see above)
+            self._verdict = (self.draft_seconds, {rows: self.verify_cost(rows) for rows in self.verify_passes})
+        draft, seconds = self._verdict
+        return cannot_pay(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds), cap)
 
     def verdict(self, cap: int) -> str:
         """The measured costs' verdict in words (:func:`cost_verdict`)."""
@@ -384,6 +398,7 @@ class DraftLengthPolicy:
                 self.accepted[i] += 1.0 if i < n_accepted else 0.0
             self.drafting_passes += 1
             self.draft_steps.append(draft_seconds / n_drafted)
+            self._verdict = None
             self.behind = 0
         else:
             self.behind += 1
@@ -393,6 +408,8 @@ class DraftLengthPolicy:
         """One target pass of ``rows`` rows took ``seconds``."""
         self.verify_passes.setdefault(rows, deque(maxlen=VERIFY_WINDOW)).append(seconds)
         self.last_timed[rows] = self.passes
+        if rows > 1:
+            self._verdict = None
 
     def observe_probe(self, rows: int, verify_seconds: float, draft_step_seconds: float | None) -> None:
         """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
@@ -401,6 +418,7 @@ class DraftLengthPolicy:
         self.behind += 1
         if draft_step_seconds is not None and draft_step_seconds > 0:
             self.draft_steps.append(draft_step_seconds)
+            self._verdict = None
 
     def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
         """The draft model evaluated ``n_tokens`` it had skipped (target-only
@@ -412,6 +430,7 @@ class DraftLengthPolicy:
     def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
         """Timings taken at load: draft steps, and rows -> passes."""
         self.draft_steps.extend(t for t in draft_steps if t > 0)
+        self._verdict = None
         for rows, ts in verify.items():
             for t in ts:
                 if t > 0:
@@ -435,6 +454,7 @@ class DraftLengthPolicy:
         """Start from timings and acceptance measured before (a
         :meth:`snapshot`, or load-time timings): each saved cost counts as
         one observation, so real passes soon outweigh it."""
+        self._verdict = None
         draft = saved.get("draft_seconds")
         if isinstance(draft, (int, float)) and draft > 0 and not self.draft_steps:
             self.draft_steps.append(float(draft))
