@@ -476,16 +476,23 @@ class SpeculativeLlama:
 
     def prefill(self, prompt_tokens: Sequence[int]) -> Iterator[dict]:
         """Load a prompt into the caches without generating (an editor's
-        warm-up): a one-item stream (it waits its turn like a generation) of
-        ``{"n_prompt", "n_evaluated", "n_cached", "seconds"}``."""
+        warm-up). A stream (it waits its turn like a generation) of
+        ``{"n_prompt", "n_evaluated", "n_cached", "seconds", "done"}``, one per
+        piece of the prompt the target evaluates (closing it between pieces
+        stops the loading; what was loaded stays cached), the last with
+        ``"done": True``."""
         tokens = tokenize_prompt(self.engine, list(prompt_tokens))
 
         def run() -> Iterator[dict]:
             t0 = time.perf_counter()
-            n_evaluated = self.engine.prefill(tokens, draft=self.engine.drafter is not None and (
-                self.engine.policy.drafting(self.draft_max) if self.adaptive else self.draft_max > 0))
-            yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated,
-                   "n_cached": len(self._target.tokens), "seconds": time.perf_counter() - t0}
+            drafting = self.engine.drafter is not None and (
+                self.engine.policy.drafting(self.draft_max) if self.adaptive else self.draft_max > 0)
+            n_evaluated = 0
+            for n_evaluated in self.engine.prefill_pieces(tokens, draft=drafting):
+                yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(self._target.tokens),
+                       "seconds": time.perf_counter() - t0, "done": False}
+            yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(self._target.tokens),
+                   "seconds": time.perf_counter() - t0, "done": True}
 
         return _Stream(self._turns, run)
 

@@ -39,6 +39,7 @@ from .sampling import (
 from .vocab import check_compatible
 
 log = logging.getLogger("specllama")
+PREFILL_PIECE = 256  # tokens per piece of a prompt loaded without generating (a warm-up can stop between them)
 WARM_UP_CONTEXT = 32  # tokens in the cache while the warm-up times passes (a short prompt's worth)
 
 
@@ -187,6 +188,24 @@ class SpeculativeEngine:
         if draft and self.drafter is not None:
             self.drafter.prefill(prompt_tokens[:-1])
         return n_evaluated
+
+    def prefill_pieces(self, prompt_tokens: Sequence[int], *, draft: bool = True,
+                       piece: int = PREFILL_PIECE) -> Iterator[int]:
+        """:meth:`prefill` in pieces of at most ``piece`` new target tokens,
+        yielding after each how many the target evaluated so far (a caller can
+        stop between pieces: what was evaluated stays cached). The draft
+        catches up after the target's last piece."""
+        target_tokens = list(prompt_tokens[:-1])
+        keep = common_prefix_len(self.target.tokens, target_tokens)
+        n_evaluated = 0
+        for end in range(keep + piece, len(target_tokens) + piece, piece):
+            n_evaluated += sync_prefix(self.target, target_tokens[:min(end, len(target_tokens))])
+            yield n_evaluated
+        if keep >= len(target_tokens):
+            n_evaluated += sync_prefix(self.target, target_tokens)  # nothing new: the cache may hold more
+            yield n_evaluated
+        if draft and self.drafter is not None:
+            self.drafter.prefill(target_tokens)
 
     def steps(
         self,

@@ -339,8 +339,12 @@ def test_messages_without_roles(spec):
 
 
 def test_unsupported_options_are_refused(spec):
-    with pytest.raises(ValueError, match="suffix='x' is not supported"):
-        spec.create_completion(PROMPT, suffix="x")
+    with pytest.raises(ValueError, match="typical_p=0.5 is not supported"):
+        spec.create_completion(PROMPT, typical_p=0.5)
+    with pytest.raises(ValueError, match="^Infill is not supported by this model: tiny-target.gguf has no "
+                                         "fill-in-the-middle tokens") as e:
+        spec.create_completion(PROMPT, suffix="x")  # the tiny model has no FIM tokens
+    assert (e.value.param, e.value.code) == ("suffix", "not_supported")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         spec.create_completion(PROMPT, colour="red")
 

@@ -242,3 +242,42 @@ def test_a_model_that_cannot_open_raises_from_start(tmp_path):
     worker = Worker(lambda: SpeculativeLlama(missing, None, n_threads=1), max_queue=1)
     with pytest.raises(Exception, match="missing.gguf"):
         worker.start()
+
+
+def test_a_clients_request_supersedes_its_warm_ups(harness):
+    """An editor's warm-ups (prompt loads, ``SpeculativeLlama.prefill``) give
+    way to that client's next request: a waiting one ends at once, a running
+    one after its current piece; another client's warm-up is left alone."""
+    from specllama.server.worker import SUPERSEDED
+
+    h = harness(max_queue=4)
+    blocker = h.running(h.job(12, hold=True))
+
+    def warm_up(client: str) -> Job:
+        job = Job(h.model.prefill(h.model.tokenize(PROMPT * 6)))
+        job.client, job.warm_up, job.superseded = client, True, False
+        h.jobs.append(job)
+        return job
+
+    mine, theirs = warm_up("a"), warm_up("b")
+    for job in (mine, theirs):
+        h.worker.submit(job)
+    completion = h.job(4)
+    completion.client = "a"
+    h.worker.submit(completion)
+    assert ended(mine) and mine.outcome == SUPERSEDED and mine.delivered == []  # dropped while waiting
+    assert h.worker.queue_length == 2  # theirs, then the completion
+    blocker.release()
+    assert ended(theirs, completion) and (theirs.outcome, completion.outcome) == (OK, OK)
+    assert theirs.delivered[-1]["done"] is True and theirs.delivered[-1]["n_evaluated"] > 0
+    # a running warm-up stops after its current piece
+    gate = Job(h.model.prefill(h.model.tokenize(PROMPT * 12)), hold=True)  # two pieces of the prompt
+    gate.client, gate.warm_up, gate.superseded = "a", True, False
+    h.jobs.append(gate)
+    h.running(gate)
+    newer = h.job(4)
+    newer.client = "a"
+    h.worker.submit(newer)
+    gate.release()
+    assert ended(gate, newer) and (gate.outcome, newer.outcome) == (SUPERSEDED, OK)
+    assert len(gate.delivered) == 1 and gate.delivered[0]["done"] is False  # one piece, then it gave way

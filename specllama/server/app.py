@@ -35,7 +35,15 @@ from .errors import ApiError, from_value_error, internal_error, not_utf8, shutti
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
-from .native import COMPLETION, INFILL, InfillRequest, NativeCompletionRequest, collect_native, create_native
+from .native import (
+    COMPLETION,
+    INFILL,
+    InfillRequest,
+    NativeCompletionRequest,
+    collect_native,
+    create_native,
+    warm_up_fields,
+)
 from .schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest, parse
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
@@ -114,7 +122,8 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
                     intake, partial(create, model=settings.alias, **kwargs))
             except ValueError as e:  # the API's one validator said no
                 raise from_value_error(e, prompt_field=prompt_field, renames=renames) from None
-            job = AsyncJob(chunks, endpoint=endpoint, arrived=arrived)
+            job = AsyncJob(chunks, endpoint=endpoint, arrived=arrived, **(
+                warm_up_fields(req, request.client.host if request.client else None) if native else {}))
             try:
                 worker.submit(job)
             except QueueFull:

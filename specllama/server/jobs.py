@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..stats import GenerationStats
 from .errors import PROMPT, ApiError, from_value_error, internal_error, shutting_down
-from .worker import CANCELLED, ERROR, OK, SHUTDOWN, Worker
+from .worker import CANCELLED, ERROR, OK, SHUTDOWN, SUPERSEDED, Worker
 
 CLIENT_GONE = 499  # nginx's "client closed request": only the log sees it
 
@@ -32,10 +32,14 @@ class AsyncJob:
         arrived: when the request arrived (``time.perf_counter()``; default: now).
     """
 
-    def __init__(self, chunks: Iterator[dict], *, endpoint: str, arrived: float | None = None) -> None:
+    def __init__(self, chunks: Iterator[dict], *, endpoint: str, arrived: float | None = None,
+                 client: str | None = None, warm_up: bool = False, superseded_body: dict | None = None) -> None:
         self.chunks = chunks
         self.endpoint = endpoint
         self.cancelled = False
+        # an editor's warm-up, and the client whose newer request supersedes it (see Worker.submit)
+        self.client, self.warm_up, self.superseded = client, warm_up, False
+        self.superseded_body = superseded_body  # its answer then
         self.arrived = time.perf_counter() if arrived is None else arrived
         self.outcome: str | None = None
         self.stats: GenerationStats | None = None
@@ -100,6 +104,8 @@ async def respond(job: AsyncJob, worker: Worker, request: Request,
             chunks.cancel()
     if client_gone:
         return Response(status_code=CLIENT_GONE)
+    if job.outcome == SUPERSEDED:
+        return JSONResponse(job.superseded_body or {})
     if job.outcome != OK:
         raise job.failure()
     return JSONResponse(collect(iter(chunks.result())))
@@ -129,7 +135,7 @@ async def events(job: AsyncJob, worker: Worker, *, include_usage: bool, done: bo
             if include_usage and last is not None and usage is not None:
                 yield _json({"id": last["id"], "object": last["object"], "created": last["created"],
                              "model": last["model"], "choices": [], "usage": usage})
-        elif job.outcome == CANCELLED:
+        elif job.outcome in (CANCELLED, SUPERSEDED):
             return
         else:
             yield _json(job.failure().body())

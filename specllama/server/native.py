@@ -106,9 +106,14 @@ def _settings(llm: SpeculativeLlama, req: _Native, kwargs: dict, model: str) -> 
 
 
 def _warm_up(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], model: str) -> Iterator[dict]:
+    """A warm-up: the prompt loaded in pieces (an empty chunk after each, so a
+    newer request can stop it in between), then the final response."""
     stream = llm.prefill(tokens)
     try:
         for done in stream:
+            if not done["done"]:
+                yield {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": 0}
+                continue
             ms = 1000 * done["seconds"]
             yield _final(llm, req, kwargs, model, tokens, content="", stop_type="limit", n_predicted=0,
                          tokens_cached=done["n_cached"], timings={
@@ -198,6 +203,17 @@ def _final(llm: SpeculativeLlama, req: _Native, kwargs: dict, model: str, tokens
         "has_new_line": has_new_line, "truncated": False, "stop_type": stop_type, "stopping_word": "",
         "tokens_cached": tokens_cached, "timings": timings,
     }
+
+
+def warm_up_fields(req: _Native, client: str | None) -> dict:
+    """What a job needs so that a newer request from its client supersedes it
+    while it is a warm-up (``n_predict`` 0): the client, the flag, and the
+    answer it then gets (llama-server's fields, nothing evaluated)."""
+    warm_up = req.n_predict == 0
+    body = {"content": "", "tokens": [], "id_slot": 0, "stop": True, "stop_type": "superseded",
+            "tokens_predicted": 0, "tokens_evaluated": 0, "tokens_cached": 0, "truncated": False,
+            "timings": {"prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 0, "predicted_ms": 0.0}}
+    return {"client": client, "warm_up": warm_up, "superseded_body": _fields(body, req.response_fields)}
 
 
 def collect_native(req: _Native):

@@ -29,7 +29,7 @@ from ..stats import GenerationStats
 log = logging.getLogger("specllama.server")
 
 # how a job ended
-OK, CANCELLED, SHUTDOWN, ERROR = "ok", "cancelled", "shutdown", "error"
+OK, CANCELLED, SHUTDOWN, ERROR, SUPERSEDED = "ok", "cancelled", "shutdown", "error", "superseded"
 
 
 class QueueFull(Exception):
@@ -101,20 +101,34 @@ class Worker:
         return self.model
 
     def submit(self, job: Job) -> None:
-        """Queue a job.
+        """Queue a job. A job with a ``client`` supersedes that client's
+        warm-ups (jobs marked ``warm_up``): the waiting ones end now, the
+        running one after its current piece, as ``"superseded"`` (an editor
+        sends a warm-up a second; it must never delay a completion).
 
         Raises:
             QueueFull: ``max_queue`` jobs are already waiting behind a running one.
             ShuttingDown: after :meth:`shutdown`.
         """
+        client = getattr(job, "client", None)
         with self._cond:
             if not self._accepting:
                 raise ShuttingDown
+            dropped = [j for j in self._waiting if client is not None and _warm_up_of(j, client)]
+            for j in dropped:
+                self._waiting.remove(j)
+            running = self._running
+            if running is not None and client is not None and _warm_up_of(running, client):
+                running.superseded = True  # type: ignore[attr-defined]
+                running.cancelled = True
             busy = self._running is not None or self._waiting
             if busy and len(self._waiting) >= self.max_queue:
+                self._waiting.extendleft(reversed(dropped))  # refused: nothing is dropped
                 raise QueueFull
             self._waiting.append(job)
             self._cond.notify_all()
+        for j in dropped:
+            self._end(j, SUPERSEDED, None, None)
 
     def cancel(self, job: Job) -> None:
         """Stop a job: a waiting one ends now, the running one after its
@@ -194,7 +208,7 @@ class Worker:
             for chunk in job.chunks:  # one target pass per chunk
                 job.deliver(chunk)
                 if job.cancelled:
-                    outcome = CANCELLED
+                    outcome = SUPERSEDED if getattr(job, "superseded", False) else CANCELLED
                     break
                 if self._shutting_down:
                     outcome = SHUTDOWN
@@ -216,3 +230,7 @@ class Worker:
         except Exception:
             log.exception("recording a request failed")
         job.finish(outcome, stats, error)
+
+
+def _warm_up_of(job: Job, client: str) -> bool:
+    return bool(getattr(job, "warm_up", False)) and getattr(job, "client", None) == client
