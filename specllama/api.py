@@ -187,6 +187,7 @@ class SpeculativeLlama:
         tensor_split: Sequence[float] | None = None,
         policy: str | None = None,
         forced_drafts: bool = True,
+        cache_reuse: int = 0,
     ) -> None:
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
@@ -197,12 +198,16 @@ class SpeculativeLlama:
         check_draft(draft_max, draft_min)
         check_rule(rule)
         seed = check_seed(seed, convention)
+        if isinstance(cache_reuse, bool) or not isinstance(cache_reuse, int) or cache_reuse < 0:
+            raise SpecLlamaError(f"cache_reuse must be an integer >= 0 (0: off), got {cache_reuse!r}",
+                                 param="cache_reuse")
         self.convention = convention
         self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                                   n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
                                   rpc_servers=rpc_servers, rpc_servers_draft=rpc_servers_draft,
                                   tensor_split=tensor_split)
         self._target = self.engine.target
+        self.engine.cache_reuse = cache_reuse
         self.model_path = self._target.path
         self.draft_max = draft_max
         self.draft_min = draft_min

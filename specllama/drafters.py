@@ -28,7 +28,7 @@ class Drafter(Protocol):
 
     def keep(self, n_keep: int) -> None: ...
 
-    def prefill(self, tokens: Sequence[int]) -> None: ...
+    def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None: ...
 
 
 class ModelDrafter:
@@ -39,9 +39,9 @@ class ModelDrafter:
         self.model = model
         self.n_ctx = model.n_ctx
 
-    def prefill(self, tokens: Sequence[int]) -> None:
+    def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None:
         if len(tokens) <= self.n_ctx:  # a prompt the draft cannot hold: it will not draft
-            sync_prefix(self.model, tokens)
+            sync_prefix(self.model, tokens, reuse)
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         draft = self.model
@@ -80,7 +80,7 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def prefill(self, tokens: Sequence[int]) -> None:
+    def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None:
         pass
 
     def keep(self, n_keep: int) -> None:

@@ -130,6 +130,9 @@ class SpeculativeEngine:
         self.cost_key: str | None = None
         self._noticed = False  # the "drafting cannot pay" notice was given (once per loaded pair)
         self._draft_synced = True  # the draft model holds a prefix of the sequence being decoded
+        #: llama-server's --cache-reuse: cached runs of at least this many tokens that a new prompt
+        #: holds further on are shifted into place in both caches instead of evaluated (0: off)
+        self.cache_reuse = 0
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
@@ -184,9 +187,9 @@ class SpeculativeEngine:
         Returns:
             how many prompt tokens the target had to evaluate.
         """
-        n_evaluated = sync_prefix(self.target, prompt_tokens[:-1])
+        n_evaluated = sync_prefix(self.target, prompt_tokens[:-1], self.cache_reuse)
         if draft and self.drafter is not None:
-            self.drafter.prefill(prompt_tokens[:-1])
+            self.drafter.prefill(prompt_tokens[:-1], self.cache_reuse)
         return n_evaluated
 
     def prefill_pieces(self, prompt_tokens: Sequence[int], *, draft: bool = True,
@@ -196,7 +199,10 @@ class SpeculativeEngine:
         stop between pieces: what was evaluated stays cached). The draft
         catches up after the target's last piece."""
         target_tokens = list(prompt_tokens[:-1])
-        keep = common_prefix_len(self.target.tokens, target_tokens)
+        if self.cache_reuse > 0 and hasattr(self.target, "reuse"):
+            keep = self.target.reuse(target_tokens, self.cache_reuse)
+        else:
+            keep = common_prefix_len(self.target.tokens, target_tokens)
         n_evaluated = 0
         for end in range(keep + piece, len(target_tokens) + piece, piece):
             n_evaluated += sync_prefix(self.target, target_tokens[:min(end, len(target_tokens))])
@@ -205,7 +211,7 @@ class SpeculativeEngine:
             n_evaluated += sync_prefix(self.target, target_tokens)  # nothing new: the cache may hold more
             yield n_evaluated
         if draft and self.drafter is not None:
-            self.drafter.prefill(target_tokens)
+            self.drafter.prefill(target_tokens, self.cache_reuse)
 
     def steps(
         self,
@@ -318,7 +324,7 @@ class SpeculativeEngine:
                 if model is not None and (not self._draft_synced or len(seq) - len(model.tokens) > 2):
                     # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
                     n_behind = len(seq) - 1 - common_prefix_len(model.tokens, seq)
-                    drafter.prefill(seq[:-1])
+                    drafter.prefill(seq[:-1], self.cache_reuse)
                     catch_up = time.perf_counter() - t0
                     self._draft_synced = True
                     if hasattr(self.policy, "observe_catch_up"):

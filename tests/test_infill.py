@@ -56,6 +56,63 @@ def test_input_extra_is_checked():
         assert e.value.param == param
 
 
+# -- cache reuse ------------------------------------------------------------------------------------------
+
+
+def test_cache_reuse_shifts_cached_runs_into_place(tiny_pair):
+    """llama-server's --cache-reuse on the real backend: text cut from the
+    middle (an editor's window that moved) leaves a run the cache holds
+    further on; it is shifted into place and only the rest is evaluated. The
+    shifted run keeps the keys and values computed after the text that was
+    cut, so the next row is not a fresh evaluation's (here the logits differ
+    by up to 0.4): an approximation, as in llama-server, and off by default."""
+    from specllama.backend import LlamaModel
+    from specllama.prefix import common_prefix_len, sync_prefix
+
+    with LlamaModel(tiny_pair[0], n_ctx=256, n_threads=1) as model:
+        head = model.tokenize("the king went to the house", add_bos=True)
+        moved = model.tokenize(" and the queen ran to the little tree and the dog came", add_bos=False)
+        old = head + model.tokenize(" at night", add_bos=False) + moved
+        new = head + moved + model.tokenize(" to the", add_bos=False)
+        model.eval(old, n_logits=0)
+        n_evaluated = sync_prefix(model, new[:-1], reuse=8)
+        assert n_evaluated == len(new) - 1 - len(head) - len(moved)  # " to" only: the moved run was shifted
+        assert model.tokens == new[:-1]
+        reused = model.eval(new[-1:])[0]
+        model.rewind(0)
+        fresh = model.eval(new)[0]
+        assert 0.05 < float(np.abs(reused - fresh).max()) < 2.0
+        model.rewind(0)
+        model.eval(old, n_logits=0)
+        shared = common_prefix_len(old, new)  # the head (and the first piece of a word both spellings start with)
+        assert sync_prefix(model, new[:-1], reuse=len(moved) + 1) == len(new) - 1 - shared  # the run is too short
+
+
+def test_speculation_stays_exact_on_a_reused_cache(tiny_pair):
+    """What the promise is under --cache-reuse: greedy speculative decoding
+    equals greedy target-only decoding from the same reused caches."""
+    from specllama.sampling import SamplingParams
+
+    from .conftest import open_tiny_engine
+
+    engine = open_tiny_engine(tiny_pair)
+    engine.cache_reuse = 8
+    try:
+        t = engine.target
+        old = t.tokenize("the king went to the house at night and the queen ran to the little tree and the dog came")
+        new = t.tokenize("the king went to the house and the queen ran to the little tree and the dog came")
+        outs = {}
+        for k in (0, 3):
+            engine.prefill(old)
+            steps = engine.steps(new, params=SamplingParams(temperature=0), draft_max=k, max_tokens=24,
+                                 rng=np.random.default_rng(0), adaptive=False)
+            outs[k] = [tok for s in steps for tok in s.tokens]
+            assert engine.target.tokens[:len(new) - 1] == new[:-1]
+        assert outs[0] == outs[3] and len(outs[0]) == 24
+    finally:
+        engine.close()
+
+
 # -- the infill sampler -----------------------------------------------------------------------------------
 
 PIECES = [b"", b"a", b"ab", b"abc", b"x", b"y", b"z"]

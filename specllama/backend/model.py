@@ -18,6 +18,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import SpecLlamaError
+from ..prefix import common_prefix_len
 from ..vocab import VocabInfo
 from . import rpc
 from .files import check_gguf_file
@@ -412,6 +413,40 @@ class LlamaModel:
         if n_keep < len(self.tokens):
             self._remove_from(n_keep)
             del self.tokens[n_keep:]
+
+    def reuse(self, seq: Sequence[int], min_chunk: int) -> int:
+        """llama-server's ``--cache-reuse``: after the prefix the cache shares
+        with ``seq``, every run of at least ``min_chunk`` tokens that the cache
+        holds further on, in ``seq``'s order, is shifted into its place in
+        ``seq`` (its keys re-rotated by llama.cpp) instead of evaluated again;
+        the rest of the cache is dropped.
+
+        Returns:
+            how many tokens at the start of ``seq`` the cache now holds.
+        """
+        cache, n = self.tokens, len(self.tokens)
+        head_c = head_p = n_past = common_prefix_len(cache, seq)
+        if min_chunk <= 0 or not llama_cpp.llama_memory_can_shift(self._memory):
+            self.rewind(n_past)
+            return n_past
+        while head_c < n and head_p < len(seq):
+            n_match = 0
+            while head_c + n_match < n and head_p + n_match < len(seq) and cache[head_c + n_match] == seq[
+                    head_p + n_match]:
+                n_match += 1
+            if n_match >= min_chunk:
+                shift = head_p - head_c
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, head_p, head_c)
+                llama_cpp.llama_memory_seq_add(self._memory, 0, head_c, head_c + n_match, shift)
+                cache[head_p:head_p + n_match] = cache[head_c:head_c + n_match]
+                head_p += n_match
+                head_c += n_match
+                n_past = head_p
+            else:
+                head_c += 1
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        del cache[n_past:]
+        return n_past
 
     def _remove_from(self, pos: int) -> None:
         if not llama_cpp.llama_memory_seq_rm(self._memory, 0, pos, -1):
