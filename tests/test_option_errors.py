@@ -17,13 +17,13 @@ from specllama.options import REFUSED
 from .conftest import TINY_CTX
 from .server_helpers import ServerProcess
 
-COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+COMPLETIONS, CHAT, NATIVE = "/v1/completions", "/v1/chat/completions", "/completion"
 MESSAGES = [{"role": "user", "content": "once upon a time"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 
 # a value other than the neutral one, and the endpoint that has the field
 NOT_NEUTRAL = {
-    "suffix": ("end", COMPLETIONS), "typical_p": (0.5, COMPLETIONS), "tfs_z": (0.5, CHAT),
+    "typical_p": (0.5, COMPLETIONS), "tfs_z": (0.5, CHAT),
     "mirostat_mode": (2, COMPLETIONS),
     "dry_multiplier": (0.8, CHAT), "xtc_probability": (0.5, COMPLETIONS), "dynatemp_range": (0.5, CHAT),
     "top_n_sigma": (1.0, COMPLETIONS),
@@ -65,6 +65,9 @@ RANGE_CHECKS = [
     (CHAT, {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text",
      "invalid_value"),
     # tool calls (specllama.tools; the tiny server's template does not render tools: "hermes" does)
+    # fill in the middle (the tiny model has no FIM tokens) and llama-server's sampler list
+    (COMPLETIONS, {"suffix": "end"}, "suffix", "not_supported"),
+    (NATIVE, {"samplers": ["nope"]}, "samplers", "invalid_value"),
     (CHAT, {"tools": "f"}, "tools", "invalid_value"),
     (CHAT, {"tools": [{"type": "function"}]}, "tools[0]", "invalid_value"),
     (CHAT, {"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools[0].function.name",
@@ -101,7 +104,7 @@ def http(tiny_pair, tmp_path_factory):
 
 
 def _body(path: str, fields: dict) -> dict:
-    base = {"prompt": "once upon a time"} if path == COMPLETIONS else {"messages": MESSAGES}
+    base = {"messages": MESSAGES} if path == CHAT else {"prompt": "once upon a time"}
     return {**base, "max_tokens": 2, **fields}
 
 

@@ -273,8 +273,8 @@ BAD_REQUESTS = [
         "xtc_probability=0.5 is not supported by speculative decoding here (leave it at 0.0)", "xtc_probability",
         "unsupported_parameter")),
     (COMPLETIONS, {"prompt": "hi", "suffix": "end"}, 400, _error(
-        "suffix='end' is not supported by speculative decoding here (leave it at None)", "suffix",
-        "unsupported_parameter")),
+        "Infill is not supported by this model: tiny-target.gguf has no fill-in-the-middle tokens (prefix, suffix "
+        "and middle)", "suffix", "not_supported")),
     ("/v1/embeddings", {"input": "hi"}, 404, _error("Not Found: POST /v1/embeddings", None, "not_found")),
     (COMPLETIONS + "?x", None, 405, _error("Method Not Allowed: GET /v1/completions", None,
                                            "method_not_allowed")),
