@@ -13,7 +13,7 @@ tokens evaluated per request, the warm-up after a changed chunk (seconds, and
 as a share of a completion's median latency), and drafts accepted.
 
     python benchmarks/infill.py                       # 4 configurations, 6 requests each
-    python benchmarks/infill.py --requests 3 --configs default,target-only
+    python benchmarks/infill.py --requests 3 --configs default,default+reuse   # +reuse: --cache-reuse 256
 
 Not here: the same requests against llama-server (issue 22 asks for it; it
 needs llama.cpp's server built, which ``native_compare.py`` does not build).
@@ -43,8 +43,8 @@ EXTRA = [ROOT / "specllama" / "prefix.py", ROOT / "specllama" / "drafters.py"]
 CONFIGS = {
     "default": [],
     "target-only": ["--draft-max", "0"],
-    "default, --cache-reuse 256": ["--cache-reuse", "256"],
-    "target-only, --cache-reuse 256": ["--draft-max", "0", "--cache-reuse", "256"],
+    "default+reuse": ["--cache-reuse", "256"],
+    "target-only+reuse": ["--draft-max", "0", "--cache-reuse", "256"],
 }
 START_LINE = 300  # the cursor's first line (the 256-line window above it then scrolls as it moves)
 STEP = 4
