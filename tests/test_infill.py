@@ -268,3 +268,24 @@ def test_models_without_fim_tokens_and_bad_chunks(tiny_pair, tmp_path):
             assert r.status_code == 400 and r.json()["error"]["param"] == "samplers"
     finally:
         proc.stop()
+
+
+def test_speculation_keeps_the_law_under_the_infill_sampler(tiny_pair):
+    """The first two tokens' law (chi-square at alpha 0.001, ``specllama
+    verify``'s check) with llama.cpp's infill sampler after top-k 40 and
+    top-p 0.9, on target and draft rows alike: speculative sampling keeps the
+    transformed target law."""
+    from specllama.selfcheck import run_verify
+
+    from .conftest import open_tiny_engine
+
+    engine = open_tiny_engine(tiny_pair)
+    try:
+        params = SamplingParams(temperature=1.0, top_k=40, top_p=0.9, min_p=0.0, seed=5,
+                                infill=engine.target.infill_vocab())
+        # (a prompt after which three tokens survive the sampler: 0.30, 0.34 and 0.35)
+        result = run_verify(engine, params=params, prompt="the queen went to the", n_samples=600, draft_max=3)
+    finally:
+        engine.close()
+    assert result.passed, result
+    assert result.checks[0].kind == "chi-square"
