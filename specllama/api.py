@@ -425,7 +425,7 @@ class SpeculativeLlama:
             if not template.renders_tools():
                 what = "its own chat template" if template.name == "model" else f"chat format {template.name!r}"
                 raise SpecLlamaError(f"{os.path.basename(self.model_path)} cannot take tools: {what} does not render "
-                                     f"them, so the model would never see them; --chat-format hermes "
+                                     f"them in the Hermes/Qwen 2.5 <tool_call> format; --chat-format hermes "
                                      f"(chat_format='hermes') names a format that does", param="tools")
             given = [name for name, value in (("grammar", grammar), ("json_schema", json_schema),
                                               ("response_format", response_format)) if value is not None

@@ -277,7 +277,7 @@ def normalize_messages(messages: object) -> list[dict[str, Any]]:
                 f"messages[{i}] has role {_short(role)}; accepted roles: system, developer (as system), "
                 f"user, assistant, tool", param=f"messages[{i}]"
             )
-        calls = message.get("tool_calls") if role == "assistant" else None
+        calls = (message.get("tool_calls") or None) if role == "assistant" else None  # [] is no calls
         content = message.get("content")
         if calls is not None:
             normalized = {"role": "assistant", "content": "" if content is None else _content_text(i, content),
@@ -504,15 +504,18 @@ class ChatTemplate:
         return self._rendered(text)
 
     def renders_tools(self) -> bool:
-        """Whether this template shows the model the tools it is given (a
-        probe function's name must be in the rendered text)."""
+        """Whether this template shows the model the tools it is given and
+        teaches the Hermes/Qwen 2.5 call format (a probe function's name and
+        the ``<tool_call>`` tag must be in the rendered text): templates of
+        other formats (Llama 3.1's JSON, Mistral's) would have the model write
+        calls the grammar does not read."""
         probe = [{"type": "function", "function": {"name": "specllama_probe_function", "parameters": {
             "type": "object", "properties": {}}}}]
         try:
             text = self._render_text([{"role": "user", "content": "hi"}], True, probe)
         except ValueError:
             return False
-        return "specllama_probe_function" in text
+        return "specllama_probe_function" in text and "<tool_call>" in text
 
     def _rendered(self, text: str) -> Rendered:
         return Rendered(text, list(self.stop), bool(self.bos_token) and text.startswith(self.bos_token))

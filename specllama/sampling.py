@@ -221,18 +221,17 @@ class InfillVocab:
         if 3 * p_eog * ids.shape[0] > float(probs[~is_eog].sum()):
             return ids[is_eog], probs[is_eog] / p_eog
         alive = np.ones(ids.shape[0], dtype=bool)
-        pieces = [self.pieces[int(t)] for t in ids]
-        for i0 in range(ids.shape[0]):
-            for i1 in range(ids.shape[0]):
+        for i0, longer in enumerate(self._prefix_pairs([self.pieces[int(t)] for t in ids])):
+            # llama.cpp walks every (i0, i1) in order; pairs that are not prefix pairs do nothing,
+            # so walking only the prefix pairs, in the same order, merges the same way
+            for i1 in longer:
                 if not alive[i0]:
                     break
-                if i0 == i1 or not alive[i1]:
+                if not alive[i1]:
                     continue
-                a, b = pieces[i0], pieces[i1]
-                if a and len(a) <= len(b) and b.startswith(a):
-                    dst, src = (i1, i0) if probs[i1] > probs[i0] else (i0, i1)
-                    probs[dst] += probs[src]
-                    probs[src], alive[src] = 0.0, False
+                dst, src = (i1, i0) if probs[i1] > probs[i0] else (i0, i1)
+                probs[dst] += probs[src]
+                probs[src], alive[src] = 0.0, False
         keep = alive & ((probs >= 0.2) | is_eog)
         n_text = int((keep & ~is_eog).sum())
         if n_text == 0:
@@ -240,6 +239,28 @@ class InfillVocab:
         ids, probs, is_eog = ids[keep], probs[keep] / probs[keep].sum(), is_eog[keep]
         keep = (probs >= 1.0 / (n_text + 1)) | is_eog
         return ids[keep], probs[keep] / probs[keep].sum()
+
+    @staticmethod
+    def _prefix_pairs(pieces: list[bytes]) -> list[list[int]]:
+        """For each index i0, the indices i1 != i0 (ascending) whose piece
+        starts with piece i0 (which is not empty): found in sorted order, where
+        the pieces a piece starts come right after it, in O(n log n + pairs)."""
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i])
+        out: list[list[int]] = [[] for _ in pieces]
+        for a, i0 in enumerate(order):
+            p = pieces[i0]
+            if not p:
+                continue
+            b = a - 1  # equal pieces sort next to each other, on both sides
+            while b >= 0 and pieces[order[b]] == p:
+                out[i0].append(order[b])
+                b -= 1
+            b = a + 1
+            while b < len(order) and pieces[order[b]].startswith(p):
+                out[i0].append(order[b])
+                b += 1
+            out[i0].sort()
+        return out
 
 
 def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

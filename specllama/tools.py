@@ -33,7 +33,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 from .constraint import JSON_LAYOUT, GrammarSpec
 from .errors import SpecLlamaError
@@ -156,9 +156,10 @@ def _function(i: int, tool: object, field: str) -> Function:
     parameters = tool.get("parameters")
     if parameters is None:
         parameters = {"type": "object", "properties": {}}
-    if not isinstance(parameters, Mapping):
-        raise SpecLlamaError(f"{_param(field, i, 'parameters')} must be a JSON schema (an object), got "
-                             f"{_short(parameters)}", param=_param(field, i, "parameters"))
+    if not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
+        raise SpecLlamaError(f"{_param(field, i, 'parameters')} must be a JSON schema of an object "
+                             f"({{'type': 'object', 'properties': ...}}), got {_short(parameters)}",
+                             param=_param(field, i, "parameters"))
     # compiled alone, so a schema llguidance refuses is named by its own field
     GrammarSpec("json_schema", json.dumps(parameters), _param(field, i, "parameters"))
     return Function(name, description, parameters)
@@ -206,17 +207,44 @@ def tags_for(single_token: Any) -> Tags:
     return Tags(tag(OPEN), tag(CLOSE))
 
 
-def _call_schema(f: Function) -> dict:
-    return {"type": "object", "properties": {"name": {"const": f.name}, "arguments": dict(f.parameters)},
+DEFS = ("$defs", "definitions")
+
+
+def _call_schema(f: Function, defs: dict) -> dict:
+    """``{"name": <const>, "arguments": <parameters>}``. The parameters'
+    ``$defs``/``definitions`` move into ``defs`` (the grammar's top-level
+    ``$defs``, named ``<function>__<name>``), and their ``$ref`` s with them: a
+    reference resolves from the top of the whole schema."""
+    local = {}
+    for key in DEFS:
+        for name in (f.parameters.get(key) or {}):
+            local[f"#/{key}/{name}"] = f"#/$defs/{f.name}__{name}"
+    parameters = _rewrite_refs({k: v for k, v in f.parameters.items() if k not in DEFS}, local)
+    for key in DEFS:
+        for name, schema in (f.parameters.get(key) or {}).items():
+            defs[f"{f.name}__{name}"] = _rewrite_refs(schema, local)
+    return {"type": "object", "properties": {"name": {"const": f.name}, "arguments": parameters},
             "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def _rewrite_refs(value: Any, refs: dict[str, str]) -> Any:
+    if isinstance(value, Mapping):
+        return {k: (refs.get(v, v) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v, refs))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rewrite_refs(v, refs) for v in value]
+    return value
 
 
 def tool_grammar(request: ToolRequest, tags: Tags) -> GrammarSpec | None:
     """The Lark grammar a reply must follow (None for ``"none"``)."""
     if request.choice == "none":
         return None
-    allowed = request.allowed
-    schema = _call_schema(allowed[0]) if len(allowed) == 1 else {"anyOf": [_call_schema(f) for f in allowed]}
+    allowed, defs = request.allowed, {}
+    bodies = [_call_schema(f, defs) for f in allowed]
+    schema = bodies[0] if len(bodies) == 1 else {"anyOf": bodies}
+    if defs:
+        schema["$defs"] = defs
     schema["x-guidance"] = dict(JSON_LAYOUT)
     calls = "call (\"\\n\" call)*" if request.parallel else "call"
     if tags.open.startswith("<["):  # a token: text never spells it, the regex below keeps the text out
@@ -379,27 +407,3 @@ def _partial_suffix(text: str, tag: str) -> int:
         if tag.startswith(text[-n:]):
             return n
     return 0
-
-
-# ------------------------------------------------------------------ the history
-
-
-def history_for_template(messages: Sequence[Mapping]) -> list[dict]:
-    """Messages as templates expect them: assistant ``tool_calls`` with
-    ``arguments`` parsed into objects (Qwen's template writes them with
-    ``tojson``; a string would be encoded twice)."""
-    out = []
-    for m in messages:
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for call in m["tool_calls"]:
-                call = dict(call)
-                function = dict(call["function"])
-                function["arguments"] = json.loads(function["arguments"]) if isinstance(
-                    function["arguments"], str) else function["arguments"]
-                call["function"] = function
-                calls.append(call)
-            m["tool_calls"] = calls
-        out.append(m)
-    return out

@@ -289,3 +289,57 @@ def test_speculation_keeps_the_law_under_the_infill_sampler(tiny_pair):
         engine.close()
     assert result.passed, result
     assert result.checks[0].kind == "chi-square"
+
+
+def _infill_reference(vocab: InfillVocab, ids: np.ndarray, probs: np.ndarray) -> dict[int, float]:
+    """llama.cpp's infill sampler as written there: the EOG test, every (i0, i1)
+    pair in order, then the two thresholds."""
+    order = np.argsort(-probs, kind="stable")
+    ids, probs = ids[order], probs[order].astype(np.float64)
+    eog = np.array([int(t) in vocab.eog for t in ids])
+    if 3 * probs[eog].sum() * len(ids) > probs[~eog].sum():
+        return {int(t): q / probs[eog].sum() for t, q in zip(ids[eog], probs[eog])}
+    alive = np.ones(ids.shape[0], dtype=bool)
+    for i0 in range(ids.shape[0]):
+        for i1 in range(ids.shape[0]):
+            if not alive[i0]:
+                break
+            if i0 == i1 or not alive[i1]:
+                continue
+            a, b = vocab.pieces[int(ids[i0])], vocab.pieces[int(ids[i1])]
+            if a and len(a) <= len(b) and b.startswith(a):
+                dst, src = (i1, i0) if probs[i1] > probs[i0] else (i0, i1)
+                probs[dst] += probs[src]
+                probs[src], alive[src] = 0.0, False
+    kept = [(int(t), q, e) for t, q, a, e in zip(ids, probs, alive, eog) if a and (q >= 0.2 or e)]
+    n_text = sum(1 for *_, e in kept if not e)
+    if n_text == 0:
+        return {vocab.fallback: 1.0}
+    total = sum(q for _, q, _ in kept)
+    kept = [(t, q / total, e) for t, q, e in kept]
+    kept = [(t, q, e) for t, q, e in kept if q >= 1.0 / (n_text + 1) or e]
+    total = sum(q for _, q, _ in kept)
+    return {t: q / total for t, q, _ in kept}
+
+
+def test_the_infill_sampler_equals_llama_cpps_all_pairs_loop():
+    """The merge over sorted prefix pairs gives llama.cpp's result (200
+    random rows over pieces from a 3-letter alphabet: many prefix pairs,
+    duplicates and chains; to 1e-12); and a row of 20,000 candidates finishes."""
+    rng = np.random.default_rng(0)
+    n_merged = 0
+    for _ in range(200):
+        n = int(rng.integers(2, 40))
+        pieces = [b""] + [bytes(rng.choice(list(b"abc"), size=int(rng.integers(1, 4)))) for _ in range(n)]
+        vocab = InfillVocab(pieces, frozenset({0}), 0)
+        ids, probs = np.arange(n + 1), rng.dirichlet(np.ones(n + 1)) * np.r_[0.01, np.ones(n)]
+        probs /= probs.sum()
+        got_ids, got_probs = vocab.apply(ids, probs)
+        got = {int(t): float(q) for t, q in zip(got_ids, got_probs)}
+        expected = _infill_reference(vocab, ids, probs)
+        assert got.keys() == expected.keys() and all(abs(got[t] - expected[t]) < 1e-12 for t in got)
+        n_merged += len(got) > 1
+    assert n_merged > 20  # rows where merging and the thresholds leave a real choice
+    big = InfillVocab([b""] + [f"t{i}".encode() for i in range(20000)], frozenset({0}), 0)
+    sp = sparse_probs(np.zeros(20001), SamplingParams(**ALL, infill=big))
+    assert sp.ids.tolist() == [0]  # a flat row: no text token reaches 0.2, the fallback

@@ -255,8 +255,9 @@ BAD_REQUESTS = [
     (CHAT, {"messages": MESSAGES, "n": 2}, 400, _error(
         "n must be 1 (one choice per request is supported), got 2", "n", "unsupported_value")),
     (CHAT, {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, _error(
-        "tiny-target.gguf cannot take tools: chat format 'llama-2' does not render them, so the model would never "
-        "see them; --chat-format hermes (chat_format='hermes') names a format that does", "tools", "invalid_value")),
+        "tiny-target.gguf cannot take tools: chat format 'llama-2' does not render them in the Hermes/Qwen 2.5 "
+        "<tool_call> format; --chat-format hermes (chat_format='hermes') names a format that does", "tools",
+        "invalid_value")),
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
      _error("response_format.json_schema must be an object with a 'schema' (and a 'name'), got {'name': 'x'}",
             "response_format.json_schema", "invalid_value")),

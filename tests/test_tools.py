@@ -129,6 +129,28 @@ def test_spelled_out_tags_on_the_tiny_vocabulary(tiny_pair):
         assert _consume(_matcher(tok, auto, tags), model.tokenize("a <tool_call> b", add_bos=False))[0] is False
 
 
+def test_schemas_with_definitions_and_non_object_parameters(tiny_pair):
+    """A Pydantic-style schema (a nested model in ``$defs``, reached by
+    ``$ref``) works: its definitions move to the grammar's top, renamed per
+    function. Parameters that are not an object schema are refused, as OpenAI does."""
+    from specllama.backend import LlamaModel
+
+    point = {"type": "function", "function": {"name": "move", "parameters": {
+        "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                            "required": ["x", "y"], "additionalProperties": False}}}}}
+    request = check_tools(tools=[point, SWITCH])
+    with LlamaModel(tiny_pair[0], n_ctx=64) as model:
+        tags, tok = tags_for(model.special_token), model.grammar_tokenizer()
+        good = 'go <tool_call>\n{"name": "move", "arguments": {"to": {"x": 1, "y": 2}}}\n</tool_call>'
+        bad = 'go <tool_call>\n{"name": "move", "arguments": {"to": {"x": 1}}}\n</tool_call>'
+        assert _consume(_matcher(tok, request, tags), model.tokenize(good, add_bos=False)) == (True, True)
+        assert _consume(_matcher(tok, request, tags), model.tokenize(bad, add_bos=False))[0] is False
+    with pytest.raises(ValueError) as e:
+        check_tools(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}])
+    assert e.value.param == "tools[0].function.parameters"
+
+
 # -- the law under speculation, end to end on the tiny pair -----------------------------------------------
 
 

@@ -130,7 +130,7 @@ async def events(job: AsyncJob, worker: Worker, *, include_usage: bool, done: bo
         while (chunk := await job.next_chunk()) is not None:
             usage = chunk.pop("usage", usage)  # the API's last chunk has it (timings=True)
             last = chunk
-            yield _json(chunk)
+            yield _json(chunk, compact=not done)
         if job.outcome == OK:
             if include_usage and last is not None and usage is not None:
                 yield _json({"id": last["id"], "object": last["object"], "created": last["created"],
@@ -146,5 +146,6 @@ async def events(job: AsyncJob, worker: Worker, *, include_usage: bool, done: bo
             worker.cancel(job)
 
 
-def _json(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+def _json(obj: object, compact: bool = False) -> str:
+    """``compact``: no spaces (llama-server's own endpoints, as their non-streamed answers)."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":") if compact else None)

@@ -86,7 +86,7 @@ def create_native(llm: SpeculativeLlama, req: _Native, *, model: str, **kwargs: 
             tokens = llm.tokenize(req.prompt, add_bos=True, special=True)
         else:
             tokens = list(req.prompt)
-        if max_tokens == 0:
+        if is_warm_up(req):
             return _warm_up(llm, req, kwargs, tokens, model)
         runs = [llm.create_completion(tokens, **kwargs) for _ in range(req.n_cmpl)]
     except SpecLlamaError as e:
@@ -143,8 +143,10 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
     line's text is dropped, as llama-server does); ``t_max_predict_ms``: once
     a new line was written, the first chunk after that long ends it."""
     text = ""
-    stop_type, start = "none", time.perf_counter()
+    stop_type, start = "none", None
     for chunk in run:
+        if start is None:  # the first chunk: the prompt is in, generation starts (llama-server's clock)
+            start = time.perf_counter()
         piece = chunk["choices"][0]["text"]
         if piece:
             before = len(text)
@@ -159,8 +161,9 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
         if chunk["choices"][0]["finish_reason"] is not None:
             stop_type = "eos" if chunk["choices"][0]["finish_reason"] == "stop" else "limit"
             break
+        # time up: stop at a chunk that writes a new line (llama-server: at such a token)
         elapsed_ms = 1000 * (time.perf_counter() - start)
-        if req.t_max_predict_ms and "\n" in text and elapsed_ms > req.t_max_predict_ms:
+        if req.t_max_predict_ms and "\n" in piece and elapsed_ms > req.t_max_predict_ms:
             stop_type = "limit"
             break
     run.close()
@@ -205,11 +208,16 @@ def _final(llm: SpeculativeLlama, req: _Native, kwargs: dict, model: str, tokens
     }
 
 
+def is_warm_up(req: _Native) -> bool:
+    """``n_predict`` (or ``max_tokens``) 0: only load the prompt."""
+    return (req.n_predict if req.n_predict is not None else req.max_tokens) == 0
+
+
 def warm_up_fields(req: _Native, client: str | None) -> dict:
     """What a job needs so that a newer request from its client supersedes it
     while it is a warm-up (``n_predict`` 0): the client, the flag, and the
     answer it then gets (llama-server's fields, nothing evaluated)."""
-    warm_up = req.n_predict == 0
+    warm_up = is_warm_up(req)
     body = {"content": "", "tokens": [], "id_slot": 0, "stop": True, "stop_type": "superseded",
             "tokens_predicted": 0, "tokens_evaluated": 0, "tokens_cached": 0, "truncated": False,
             "timings": {"prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 0, "predicted_ms": 0.0}}

@@ -115,16 +115,15 @@ class Worker:
             if not self._accepting:
                 raise ShuttingDown
             dropped = [j for j in self._waiting if client is not None and _warm_up_of(j, client)]
+            busy = self._running is not None or self._waiting
+            if busy and len(self._waiting) - len(dropped) >= self.max_queue:
+                raise QueueFull  # refused: nothing is superseded
             for j in dropped:
                 self._waiting.remove(j)
             running = self._running
             if running is not None and client is not None and _warm_up_of(running, client):
                 running.superseded = True  # type: ignore[attr-defined]
                 running.cancelled = True
-            busy = self._running is not None or self._waiting
-            if busy and len(self._waiting) >= self.max_queue:
-                self._waiting.extendleft(reversed(dropped))  # refused: nothing is dropped
-                raise QueueFull
             self._waiting.append(job)
             self._cond.notify_all()
         for j in dropped:
