@@ -1,9 +1,15 @@
-"""What the benchmark scripts share: progress lines on stderr, a free local port."""
+"""What the benchmark scripts share: progress lines on stderr, a free local
+port, and a first-time user's environment (empty remembered costs)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import tempfile
+from pathlib import Path
+
+COSTS_VARIABLE = "SPECLLAMA_COSTS_FILE"
 
 
 def log(msg: str) -> None:
@@ -14,3 +20,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def fresh_env(tmp: str) -> dict:
+    """The environment of one run: its own empty, writable remembered-costs file (under ``tmp``)."""
+    path = Path(tempfile.mkdtemp(dir=tmp)) / "costs.json"
+    path.write_text("{}", encoding="utf-8")
+    return {**os.environ, COSTS_VARIABLE: str(path)}

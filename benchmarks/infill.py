@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import log  # noqa: E402
+from bench_common import free_port, fresh_env, log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "specllama" / "engine.py"
@@ -48,12 +46,6 @@ CONFIGS = {
 }
 START_LINE = 300  # the cursor's first line (the 256-line window above it then scrolls as it moves)
 STEP = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def body(lines: list[str], row: int, extra: list[dict], n_predict: int) -> dict:
@@ -76,7 +68,7 @@ def run(name: str, flags: list[str], requests: int, threads: int | None, n_predi
     extra = [{"text": p.read_text(), "filename": p.name, "time": 0} for p in EXTRA]
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, SPECLLAMA_COSTS_FILE=os.path.join(tmp, "costs.json"))
+        env = fresh_env(tmp)
         cmd = [sys.executable, "-m", "specllama", "serve", "--pair", "demo-coder", "-c", "8192", "--port", str(port),
                "--no-webui", *flags] + (["-t", str(threads)] if threads else [])
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -41,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import log  # noqa: E402
+from bench_common import fresh_env, log  # noqa: E402
 
 PROMPTS = {  # held out: none of these is a bench prompt or one the policy was tuned on
     "story": "The lighthouse keeper had not seen a ship in eleven days when, one grey morning,",
@@ -58,7 +57,6 @@ CONFIGS = {
 }
 FIXED = ("k=2", "k=4", "k=8")
 PAIRS = ("demo", "demo-chat", "demo-coder")
-COSTS_VARIABLE = "SPECLLAMA_COSTS_FILE"
 BOOTSTRAP = 2000
 
 LONG_LIVED = r"""
@@ -77,13 +75,6 @@ print(json.dumps({"load_seconds": load, "tokens_per_second": speeds}))
 API_FLAGS = {"target-only": {"draft_max": 0}, "default": {}, "k=2": {"draft_max": 2, "adaptive": False},
              "k=4": {"draft_max": 4, "adaptive": False}, "k=8": {"draft_max": 8, "adaptive": False},
              "k=4 (A/A)": {"draft_max": 4, "adaptive": False}}
-
-
-def fresh_env(tmp: str) -> dict:
-    """The environment of one run: its own empty, writable remembered-costs file."""
-    path = Path(tempfile.mkdtemp(dir=tmp)) / "costs.json"
-    path.write_text("{}", encoding="utf-8")
-    return {**os.environ, COSTS_VARIABLE: str(path)}
 
 
 def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str) -> dict:

@@ -2,7 +2,7 @@
 target-only, with and without forced-token drafts, and against
 llama-cpp-python's own JSON mode on the same target.
 
-Each run is a fresh process (``--one``) that loads the pair, answers the
+Each run is a fresh process (``--one``) with empty remembered costs that loads the pair, answers the
 extraction messages once each, and prints one JSON line; runs are
 interleaved (configurations rotate within a round) and every ratio is a
 median over rounds of ratios taken within a round.
@@ -27,11 +27,12 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import log  # noqa: E402
+from bench_common import fresh_env, log  # noqa: E402
 
 SENTENCES = [
     "Maria Lopez, 34, lives in Madrid and works as a nurse.",
@@ -50,6 +51,7 @@ SCHEMA = {
 MAX_TOKENS = 64
 CONFIGS = ("target-only", "spec-no-forced", "spec", "free-target-only", "free-spec", "llama-cpp-python")
 TOOL_CONFIGS = ("target-only", "spec-no-forced", "spec")
+NO_TOTALS = {"tokens": 0, "seconds": 0.0, "passes": 0, "forced": 0, "grammar_seconds": 0.0, "valid": 0}
 CITIES = ["Madrid", "Hamburg", "Osaka", "Prague", "Uppsala"]
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city",
@@ -71,7 +73,7 @@ def one(config: str, temperature: float, threads: int | None, seed: int, task: s
     if task == "tools":
         return _tools(config, target, draft, temperature, threads, seed)
     response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
-    totals = {"tokens": 0, "seconds": 0.0, "passes": 0, "forced": 0, "grammar_seconds": 0.0, "valid": 0}
+    totals = dict(NO_TOTALS)
     if config == "llama-cpp-python":
         from llama_cpp import Llama
 
@@ -93,35 +95,33 @@ def one(config: str, temperature: float, threads: int | None, seed: int, task: s
             fmt = None if config.startswith("free") else response_format
             r = llm.create_chat_completion(messages(sentence), temperature=temperature, max_tokens=MAX_TOKENS,
                                            response_format=fmt, timings=True)
-            stats = llm.last_stats
-            totals["tokens"] += stats.n_tokens
-            totals["seconds"] += stats.seconds
-            totals["passes"] += stats.n_target_passes
-            totals["forced"] += stats.n_forced_accepted
-            totals["grammar_seconds"] += stats.grammar_seconds
-            totals["valid"] += fmt is None or _parses(r["choices"][0]["message"]["content"])
+            _add(totals, llm.last_stats, fmt is None or _parses(r["choices"][0]["message"]["content"]))
     return totals
 
 
 def _tools(config: str, target: str, draft: str, temperature: float, threads: int | None, seed: int) -> dict:
     from specllama.api import SpeculativeLlama
 
-    totals = {"tokens": 0, "seconds": 0.0, "passes": 0, "forced": 0, "grammar_seconds": 0.0, "valid": 0}
+    totals = dict(NO_TOTALS)
     with SpeculativeLlama(target, None if config == "target-only" else draft, n_ctx=2048, n_threads=threads,
                           seed=seed, forced_drafts=config != "spec-no-forced", chat_format=_tool_format(target)) as llm:
         for city in CITIES:
             r = llm.create_chat_completion([{"role": "user", "content": f"What is the weather in {city} now?"}],
                                            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
                                            temperature=temperature, max_tokens=MAX_TOKENS)
-            stats = llm.last_stats
-            totals["tokens"] += stats.n_tokens
-            totals["seconds"] += stats.seconds
-            totals["passes"] += stats.n_target_passes
-            totals["forced"] += stats.n_forced_accepted
-            totals["grammar_seconds"] += stats.grammar_seconds
             calls = r["choices"][0]["message"].get("tool_calls") or []
-            totals["valid"] += len(calls) == 1 and _parses(calls[0]["function"]["arguments"])
+            _add(totals, llm.last_stats, len(calls) == 1 and _parses(calls[0]["function"]["arguments"]))
     return totals
+
+
+def _add(totals: dict, stats, valid: bool) -> None:
+    """One reply's statistics into a run's totals."""
+    totals["tokens"] += stats.n_tokens
+    totals["seconds"] += stats.seconds
+    totals["passes"] += stats.n_target_passes
+    totals["forced"] += stats.n_forced_accepted
+    totals["grammar_seconds"] += stats.grammar_seconds
+    totals["valid"] += bool(valid)
 
 
 def _tool_format(target: str) -> str | None:
@@ -166,7 +166,9 @@ def main() -> None:
                        "--task", args.task, "--pair", args.pair]
                 if args.threads:
                     cmd += ["--threads", str(args.threads)]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                with tempfile.TemporaryDirectory() as tmp:  # a first-time user: empty remembered costs
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                         env=fresh_env(tmp)).stdout
                 rows[config].append(json.loads(out.strip().splitlines()[-1]))
                 r = rows[config][-1]
                 log(f"T={temp:g} round {rnd + 1}: {config:>18} {r['tokens'] / r['seconds']:6.1f} tok/s")
