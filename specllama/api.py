@@ -24,6 +24,7 @@ import numpy as np
 
 from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
+from .constraint import given_constraints
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .infill import check_extra, fim_prompt
@@ -427,9 +428,7 @@ class SpeculativeLlama:
                 raise SpecLlamaError(f"{os.path.basename(self.model_path)} cannot take tools: {what} does not render "
                                      f"them in the Hermes/Qwen 2.5 <tool_call> format; --chat-format hermes "
                                      f"(chat_format='hermes') names a format that does", param="tools")
-            given = [name for name, value in (("grammar", grammar), ("json_schema", json_schema),
-                                              ("response_format", response_format)) if value is not None
-                     and not (name == "response_format" and isinstance(value, dict) and value.get("type") == "text")]
+            given = list(given_constraints(grammar=grammar, json_schema=json_schema, response_format=response_format))
             if given:
                 raise SpecLlamaError(f"tools and {given[0]} were given together: a reply is either tool calls or "
                                      f"follows {given[0]} (unless tool_choice is 'none')", param=given[0])
@@ -490,8 +489,7 @@ class SpeculativeLlama:
 
         def run() -> Iterator[dict]:
             t0 = time.perf_counter()
-            drafting = self.engine.drafter is not None and (
-                self.engine.policy.drafting(self.draft_max) if self.adaptive else self.draft_max > 0)
+            drafting = self.engine.feeds_draft(self.draft_max, self.adaptive)
             n_evaluated = 0
             for n_evaluated in self.engine.prefill_pieces(tokens, draft=drafting):
                 yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(self._target.tokens),

@@ -25,6 +25,7 @@ import jinja2.ext
 import jinja2.sandbox
 
 from .errors import SpecLlamaError
+from .errors import short_repr as _short
 
 # The roles a message may have; "developer" is OpenAI's newer name for "system".
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -214,11 +215,6 @@ def check_chat_format(name: str | None) -> None:
 
 
 # ------------------------------------------------------------------ messages
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _content_text(i: int, content: object) -> str:

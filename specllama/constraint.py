@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .errors import SpecLlamaError
+from .errors import short_repr as _short
 
 #: what a grammar may be written in: llama.cpp's GBNF, a JSON schema, a regular expression, llguidance's Lark
 KINDS = ("gbnf", "json_schema", "regex", "lark")
@@ -137,9 +138,8 @@ def spec_from_options(*, grammar: object = None, json_schema: object = None, res
             OpenAI's ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``.
         regex: a regular expression the whole output must match.
     """
-    given = {name: v for name, v in (("grammar", grammar), ("json_schema", json_schema),
-                                     ("response_format", response_format), ("regex", regex))
-             if v is not None and not (name == "response_format" and _is_text_format(v))}
+    given = given_constraints(grammar=grammar, json_schema=json_schema, response_format=response_format,
+                              regex=regex)
     if len(given) > 1:
         names = " and ".join(given)
         raise SpecLlamaError(f"{names} were given together: a request takes at most one of grammar, json_schema, "
@@ -162,6 +162,15 @@ def spec_from_options(*, grammar: object = None, json_schema: object = None, res
     if name == "json_schema":
         return GrammarSpec("json_schema", _schema_text(value, "json_schema"), "json_schema")
     return _response_format(value)
+
+
+def given_constraints(*, grammar: object = None, json_schema: object = None, response_format: object = None,
+                      regex: object = None) -> dict[str, object]:
+    """The ways of asking for a constraint that a call used, by name, in
+    order (``response_format`` ``{"type": "text"}`` is none)."""
+    return {name: v for name, v in (("grammar", grammar), ("json_schema", json_schema),
+                                    ("response_format", response_format), ("regex", regex))
+            if v is not None and not (name == "response_format" and _is_text_format(v))}
 
 
 def _is_text_format(value: object) -> bool:
@@ -198,11 +207,6 @@ def _response_format(value: object) -> GrammarSpec:
         return GrammarSpec("json_schema", _schema_text(inner["schema"], param), param)
     raise SpecLlamaError(f"response_format.type must be one of text, json_object, json_schema, got {_short(kind)}",
                          param="response_format.type")
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ------------------------------------------------------------------ llguidance

@@ -24,7 +24,7 @@ from .adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy
 from .constraint import Constraint, masked
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
-from .prefix import common_prefix_len, sync_prefix
+from .prefix import common_prefix_len, keep_reusable, sync_prefix
 from .processors import Processor, processed
 from .sampling import (
     DEFAULT_RULE,
@@ -182,36 +182,41 @@ class SpeculativeEngine:
 
     def prefill(self, prompt_tokens: Sequence[int], *, draft: bool = True) -> int:
         """Evaluate the prompt, all but its last token, in both caches,
-        reusing what they already hold.
+        reusing what they already hold (:meth:`prefill_pieces` in one piece).
 
         Returns:
             how many prompt tokens the target had to evaluate.
         """
-        n_evaluated = sync_prefix(self.target, prompt_tokens[:-1], self.cache_reuse)
-        if draft and self.drafter is not None:
-            self.drafter.prefill(prompt_tokens[:-1], self.cache_reuse)
+        n_evaluated = 0
+        for n_evaluated in self.prefill_pieces(prompt_tokens, draft=draft, piece=max(len(prompt_tokens), 1)):
+            pass
         return n_evaluated
 
     def prefill_pieces(self, prompt_tokens: Sequence[int], *, draft: bool = True,
                        piece: int = PREFILL_PIECE) -> Iterator[int]:
-        """:meth:`prefill` in pieces of at most ``piece`` new target tokens,
-        yielding after each how many the target evaluated so far (a caller can
-        stop between pieces: what was evaluated stays cached). The draft
-        catches up after the target's last piece."""
+        """The prompt, all but its last token, evaluated in pieces of at most
+        ``piece`` new target tokens, yielding after each how many the target
+        evaluated so far (a caller can stop between pieces: what was evaluated
+        stays cached); ``cache_reuse`` applies. The draft catches up after the
+        target's last piece."""
         target_tokens = list(prompt_tokens[:-1])
-        if self.cache_reuse > 0 and hasattr(self.target, "reuse"):
-            keep = self.target.reuse(target_tokens, self.cache_reuse)
-        else:
-            keep = common_prefix_len(self.target.tokens, target_tokens)
+        keep = keep_reusable(self.target, target_tokens, self.cache_reuse)
         n_evaluated = 0
         for end in range(keep + piece, len(target_tokens) + piece, piece):
             n_evaluated += sync_prefix(self.target, target_tokens[:min(end, len(target_tokens))])
             yield n_evaluated
         if keep >= len(target_tokens):
-            n_evaluated += sync_prefix(self.target, target_tokens)  # nothing new: the cache may hold more
-            yield n_evaluated
+            yield n_evaluated  # all of it was cached
         if draft and self.drafter is not None:
             self.drafter.prefill(target_tokens, self.cache_reuse)
+
+    def feeds_draft(self, draft_max: int, adaptive: bool) -> bool:
+        """Whether a generation feeds the draft model its prompt: it drafts,
+        and (adaptive) the policy is drafting. While the policy decodes
+        target-only the draft is not fed: it catches up, lazily and timed,
+        when drafting resumes."""
+        return self.drafter is not None and draft_max > 0 and (
+            not adaptive or getattr(self.policy, "drafting", lambda _: True)(draft_max))
 
     def steps(
         self,
@@ -266,9 +271,7 @@ class SpeculativeEngine:
         # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
         one_hot_drafts = params.greedy or isinstance(drafter, PromptLookupDrafter)
         seq = list(prompt_tokens)
-        # While the policy decodes target-only the draft is not fed the prompt:
-        # it catches up (lazily, timed) when drafting resumes.
-        feed = draft_max > 0 and (not adaptive or getattr(self.policy, "drafting", lambda _: True)(draft_max))
+        feed = self.feeds_draft(draft_max, adaptive)
         self.prefill(seq, draft=feed)
         self._draft_synced = feed
         if adaptive and hasattr(self.policy, "new_sequence"):

@@ -5,6 +5,12 @@ from __future__ import annotations
 INVALID_VALUE = "invalid_value"
 
 
+def short_repr(value: object, limit: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class SpecLlamaError(ValueError):
     """Bad input (a file, a flag, a prompt): the message names the bad value and
     what would be accepted, in one line, fit to show a user as it is.

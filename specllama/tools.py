@@ -37,15 +37,11 @@ from typing import Any, Iterator, Mapping
 
 from .constraint import JSON_LAYOUT, GrammarSpec
 from .errors import SpecLlamaError
+from .errors import short_repr as _short
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 CHOICES = ("none", "auto", "required")
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,9 @@ def test_speculation_keeps_the_law_under_the_auto_tool_grammar(tiny_pair):
     """The first two tokens' law (chi-square at alpha 0.001, as ``specllama
     verify`` runs it) under the "auto" tool grammar with spelled-out tags: the
     free text may not contain the opening tag, so the masks differ from no
-    grammar at all where a token would spell it."""
+    grammar at all where a token would spell it. The first token's check
+    detects w >= 0.28 with power 0.99 (600 samples); that a planted bias fails
+    this check is tests/test_verify.py::test_a_planted_bias_fails."""
     engine = open_tiny_engine(tiny_pair)
     try:
         spec = tool_grammar(check_tools(tools=[SWITCH]), tags_for(engine.target.special_token))
@@ -167,7 +169,7 @@ def test_speculation_keeps_the_law_under_the_auto_tool_grammar(tiny_pair):
     finally:
         engine.close()
     assert result.passed, result
-    assert result.checks[0].kind == "chi-square"
+    assert result.checks[0].kind == "chi-square" and result.checks[0].detectable_w < 0.28
 
 
 def _without_ids(response: dict) -> dict:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from ..api import SpeculativeLlama
 from ..errors import SpecLlamaError
+from ..stats import GenerationStats
 from .errors import ApiError
 from .schemas import _Generation
 from .settings import RequestDefaults
@@ -114,14 +115,10 @@ def _warm_up(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int
             if not done["done"]:
                 yield {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": 0}
                 continue
-            ms = 1000 * done["seconds"]
+            stats = GenerationStats(n_prompt_tokens=done["n_prompt"], n_prompt_evaluated=done["n_evaluated"],
+                                    prompt_seconds=done["seconds"])
             yield _final(llm, req, kwargs, model, tokens, content="", stop_type="limit", n_predicted=0,
-                         tokens_cached=done["n_cached"], timings={
-                             "prompt_n": done["n_evaluated"], "prompt_ms": ms,
-                             "prompt_per_token_ms": ms / done["n_evaluated"] if done["n_evaluated"] else 0.0,
-                             "prompt_per_second": 1000 * done["n_evaluated"] / ms if ms > 0 else 0.0,
-                             "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
-                             "predicted_per_second": 0.0, "draft_n": 0, "draft_n_accepted": 0})
+                         tokens_cached=done["n_cached"], timings=_timings(stats))
     finally:
         stream.close()
 
@@ -168,16 +165,21 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
             break
     run.close()
     stats = llm.take_stats()
-    timings = stats.timings() if stats is not None else {}
-    if timings:
-        timings["prompt_per_token_ms"] = timings["prompt_ms"] / timings["prompt_n"] if timings["prompt_n"] else 0.0
-        timings["predicted_per_token_ms"] = (timings["predicted_ms"] / timings["predicted_n"]
-                                             if timings["predicted_n"] else 0.0)
+    timings = _timings(stats) if stats is not None else {}
     n_predicted = stats.n_tokens if stats is not None else 0
     llm.last_stats = stats  # the worker's metrics read it after the job
     # ("eos" also where a stop string ended it: the API's chunks do not tell the two apart)
     yield _final(llm, req, kwargs, model, tokens, content="", stop_type=stop_type, n_predicted=n_predicted,
                  tokens_cached=len(tokens) + n_predicted, timings=timings, index=index, has_new_line="\n" in text)
+
+
+def _timings(stats: GenerationStats) -> dict:
+    """llama-server's ``timings`` of /infill and /completion: the statistics'
+    own, and the milliseconds per token of the prompt and of the output."""
+    t = stats.timings()
+    t["prompt_per_token_ms"] = t["prompt_ms"] / t["prompt_n"] if t["prompt_n"] else 0.0
+    t["predicted_per_token_ms"] = t["predicted_ms"] / t["predicted_n"] if t["predicted_n"] else 0.0
+    return t
 
 
 def _indent_cut(text: str, n_indent: int) -> int | None:
