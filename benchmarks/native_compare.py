@@ -64,13 +64,14 @@ def source_dir(ver: str) -> Path:
     return NATIVE / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp"
 
 
-def binaries(ver: str) -> dict[str, Path]:
-    return {t: source_dir(ver) / "build" / "bin" / t for t in TARGETS}
+def binaries(ver: str, targets=TARGETS) -> dict[str, Path]:
+    return {t: source_dir(ver) / "build" / "bin" / t for t in targets}
 
 
-def build(ver: str, jobs: int) -> dict[str, Path]:
-    """Download the sdist, unpack it and build the two tools; skip what exists."""
-    bins = binaries(ver)
+def build(ver: str, jobs: int, targets=TARGETS) -> dict[str, Path]:
+    """Download the sdist, unpack it and build the tools (``targets``: by
+    default the two this script runs); skip what exists."""
+    bins = binaries(ver, targets)
     if all(p.exists() for p in bins.values()):
         return bins
     NATIVE.mkdir(exist_ok=True)
@@ -93,9 +94,9 @@ def build(ver: str, jobs: int) -> dict[str, Path]:
     t0 = time.perf_counter()
     log(f"configuring {src} ...")
     subprocess.run([*nice, "cmake", "-B", "build", "-DLLAMA_CURL=OFF"], cwd=src, check=True)
-    log(f"building {' '.join(TARGETS)} with -j {jobs} (minutes) ...")
+    log(f"building {' '.join(targets)} with -j {jobs} (minutes) ...")
     subprocess.run([*nice, "cmake", "--build", "build", "--config", "Release", "-j", str(jobs),
-                    "--target", *TARGETS], cwd=src, check=True)
+                    "--target", *targets], cwd=src, check=True)
     log(f"built in {time.perf_counter() - t0:.0f} s")
     missing = [str(p) for p in bins.values() if not p.exists()]
     if missing:

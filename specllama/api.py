@@ -28,6 +28,7 @@ from .constraint import given_constraints
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .infill import check_extra, fim_prompt
+from .lookup_mix import LookupMix
 from .opener import open_engine
 from .options import (
     DEFAULT_RULE,
@@ -158,6 +159,14 @@ class SpeculativeLlama:
             servers first (llama.cpp's ``--tensor-split``).
         forced_drafts: under a grammar, draft the tokens it forces without
             the draft model (False: a control for benchmarks).
+        cache_reuse: llama-server's ``--cache-reuse``: cached runs of at
+            least this many tokens that a new prompt holds further on are
+            shifted into place in both caches (0: only the shared prefix).
+        draft_lookup: with a draft model, also draft by prompt lookup (the
+            tokens that followed the latest earlier occurrence of the text's
+            last 1-3 tokens), in the passes where the measured costs and
+            acceptance say it gives more than the draft model
+            (:mod:`specllama.lookup_mix`); the output's law is unchanged.
 
     One instance runs one generation at a time: a call from a second thread
     waits for the first; a stream abandoned by a thread is closed by that
@@ -189,6 +198,7 @@ class SpeculativeLlama:
         policy: str | None = None,
         forced_drafts: bool = True,
         cache_reuse: int = 0,
+        draft_lookup: bool = False,
     ) -> None:
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
@@ -202,6 +212,8 @@ class SpeculativeLlama:
         if isinstance(cache_reuse, bool) or not isinstance(cache_reuse, int) or cache_reuse < 0:
             raise SpecLlamaError(f"cache_reuse must be an integer >= 0 (0: off), got {cache_reuse!r}",
                                  param="cache_reuse")
+        if not isinstance(draft_lookup, bool):
+            raise SpecLlamaError(f"draft_lookup must be True or False, got {draft_lookup!r}", param="draft_lookup")
         self.convention = convention
         self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
                                   n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
@@ -209,6 +221,13 @@ class SpeculativeLlama:
                                   tensor_split=tensor_split)
         self._target = self.engine.target
         self.engine.cache_reuse = cache_reuse
+        if draft_lookup:
+            if self.engine.draft is None:
+                self.engine.close()
+                raise SpecLlamaError("draft_lookup mixes prompt-lookup drafts with a draft model's, and no draft model "
+                                     "is loaded (prompt lookup alone: draft='prompt-lookup'; on the command line "
+                                     "-md prompt-lookup)", param="draft_lookup")
+            self.engine.lookup_mix = LookupMix()
         self.model_path = self._target.path
         self.draft_max = draft_max
         self.draft_min = draft_min

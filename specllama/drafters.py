@@ -88,6 +88,11 @@ class PromptLookupDrafter:
 
     def lookup(self, seq: Sequence[int], k: int) -> list[int]:
         """Up to k tokens that followed the latest earlier match of seq's tail."""
+        return self.match(seq, k)[0]
+
+    def match(self, seq: Sequence[int], k: int) -> tuple[list[int], int]:
+        """:meth:`lookup`'s tokens, and the length n of the n-gram that
+        matched (0: none did)."""
         arr = np.asarray(seq)
         n_seq = arr.shape[0]
         for n in range(min(self.max_ngram, n_seq - 1), self.min_ngram - 1, -1):
@@ -97,8 +102,8 @@ class PromptLookupDrafter:
             hits = np.flatnonzero((windows == tail).all(axis=1))
             if hits.size:
                 start = int(hits[-1]) + n
-                return [int(t) for t in arr[start: start + k]]
-        return []
+                return [int(t) for t in arr[start: start + k]], n
+        return [], 0
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         tokens = self.lookup(seq, k)

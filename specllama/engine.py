@@ -24,6 +24,7 @@ from .adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy
 from .constraint import Constraint, masked
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
+from .lookup_mix import LookupMix
 from .prefix import common_prefix_len, keep_reusable, sync_prefix
 from .processors import Processor, processed
 from .sampling import (
@@ -80,6 +81,8 @@ class Step:
             was drawn from, the grammar's mask of allowed tokens (None: none).
         n_forced: how many of the drafts were the grammar's forced tokens
             (proposed without the draft model; 0 or ``n_drafted``).
+        n_looked_up: how many of the drafts came from prompt lookup mixed
+            with the draft model's (:mod:`specllama.lookup_mix`; 0 or ``n_drafted``).
 
     ``tokens[j]`` for j < n_accepted is a draft token the target accepted;
     the one after them (if emitted) was sampled by the target itself.
@@ -95,6 +98,7 @@ class Step:
     eog_token: int | None = None
     masks: list | None = None
     n_forced: int = 0
+    n_looked_up: int = 0
 
 
 class SpeculativeEngine:
@@ -133,6 +137,9 @@ class SpeculativeEngine:
         #: llama-server's --cache-reuse: cached runs of at least this many tokens that a new prompt
         #: holds further on are shifted into place in both caches instead of evaluated (0: off)
         self.cache_reuse = 0
+        #: with a draft model: prompt-lookup drafts taken instead of its drafts in the passes where
+        #: they promise more (:class:`~specllama.lookup_mix.LookupMix`; None: the draft model's only)
+        self.lookup_mix: LookupMix | None = None
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
@@ -312,6 +319,11 @@ class SpeculativeEngine:
             if adaptive and not forced:
                 # Fixed before this pass draws anything: past passes only.
                 k = self.policy.choose(k, minimum=draft_min)
+            looked_up: list[int] = []
+            if self.lookup_mix is not None and not forced and drafter is not None:
+                # from the committed sequence and past passes only, like k
+                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k)
+            if adaptive and not forced and not looked_up:
                 take_probe = getattr(self.policy, "take_probe", None)
                 if k == 0 and take_probe is not None:
                     pad = [seq[-1]] * min(max(take_probe() - 1, 0), room_k)
@@ -320,8 +332,9 @@ class SpeculativeEngine:
             draft_tokens: list[int] = []
             q_draft: list[SparseProbs] = []
             catch_up = probe_step = 0.0
-            if forced:
-                draft_tokens, q_draft = forced, [one_hot(t) for t in forced]
+            if forced or looked_up:
+                draft_tokens = forced or looked_up
+                q_draft = [one_hot(t) for t in draft_tokens]
             elif k > 0:
                 model = getattr(drafter, "model", None)
                 if model is not None and (not self._draft_synced or len(seq) - len(model.tokens) > 2):
@@ -356,7 +369,7 @@ class SpeculativeEngine:
                     p_rows[i] = sparse_probs(row, params)
                 return p_rows[i]
 
-            if rule == "block" and not (one_hot_drafts or forced):
+            if rule == "block" and not (one_hot_drafts or forced or looked_up):
                 # block verification needs every row: it weighs the whole block at once
                 n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
                                                              draft_tokens, rng)
@@ -372,6 +385,9 @@ class SpeculativeEngine:
             t2 = time.perf_counter()
             if pad:
                 self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
+            elif looked_up:  # the target's cost of these rows; lookup's acceptance is its own
+                self.lookup_mix.observe(len(draft_tokens), n_accepted)
+                self.policy.observe_verify(n_rows, t2 - t1)
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
@@ -393,7 +409,7 @@ class SpeculativeEngine:
             seq.extend(new_tokens)
             n_emitted += len(emitted)
             yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog, masks,
-                       len(forced))
+                       len(forced), len(draft_tokens) if looked_up else 0)
             if finish is not None:
                 return
 

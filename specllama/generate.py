@@ -160,7 +160,8 @@ def stream_generate(
                          constraint=constraint, forced_drafts=o.forced_drafts)
     try:
         for step in steps:
-            stats.observe_pass(step.n_drafted, step.n_accepted, forced=step.n_forced > 0)
+            stats.observe_pass(step.n_drafted, step.n_accepted, forced=step.n_forced > 0,
+                               lookup=step.n_looked_up > 0)
             delta, tokens, origins, lps, pieces = "", [], [], [], []
             finish, eog = step.finish_reason, step.eog_token
             for j, tok in enumerate(step.tokens):

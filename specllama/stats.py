@@ -28,6 +28,8 @@ class GenerationStats:
             position i, and how many of them kept its token.
         n_forced_drafted, n_forced_accepted: of the drafts (and of the kept
             ones), those a grammar forced, proposed without the draft model.
+        n_lookup_drafted, n_lookup_accepted: of the drafts (and of the kept
+            ones), those prompt lookup proposed in place of the draft model's.
         grammar_seconds: time in the grammar (masks, forced tokens, advancing it).
     """
 
@@ -48,18 +50,23 @@ class GenerationStats:
     accepted_at: list[int] = field(default_factory=list)
     n_forced_drafted: int = 0
     n_forced_accepted: int = 0
+    n_lookup_drafted: int = 0
+    n_lookup_accepted: int = 0
     grammar_seconds: float = 0.0
 
-    def observe_pass(self, n_drafted: int, n_accepted: int, *, forced: bool = False) -> None:
+    def observe_pass(self, n_drafted: int, n_accepted: int, *, forced: bool = False, lookup: bool = False) -> None:
         """Count one target pass: positions 0..n_accepted were reached (the
         last of them rejected unless all k were kept). ``forced``: the drafts
-        were a grammar's forced tokens."""
+        were a grammar's forced tokens; ``lookup``: prompt lookup's."""
         self.n_target_passes += 1
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted
         if forced:
             self.n_forced_drafted += n_drafted
             self.n_forced_accepted += n_accepted
+        if lookup:
+            self.n_lookup_drafted += n_drafted
+            self.n_lookup_accepted += n_accepted
         for i in range(min(n_accepted + 1, n_drafted)):
             while len(self.tried_at) <= i:
                 self.tried_at.append(0)

@@ -38,9 +38,13 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
 @click.option("--cache-reuse", type=click.IntRange(min=0), default=0, show_default=True,
               help="Reuse cached runs of at least this many tokens that a new prompt holds further on, shifting "
                    "them into place in both caches (llama-server's --cache-reuse; 0: only the shared prefix).")
+@click.option("--draft-lookup", is_flag=True,
+              help="Also draft by prompt lookup (what followed the text's last tokens where they stood before, in "
+                   "the prompt or the output), in the passes where it promises more than the draft model; for code "
+                   "completion, where the text to write often stands in the file already.")
 @boundary
 def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, host, port, api_key, alias,
-          max_queue, chat_format, cors_origins, n_predict, no_webui, cache_reuse, **o) -> None:
+          max_queue, chat_format, cors_origins, n_predict, no_webui, cache_reuse, draft_lookup, **o) -> None:
     """Serve the pair over HTTP: OpenAI's /v1/completions and /v1/chat/completions,
     and a chat page at / that shows which tokens the draft proposed.
 
@@ -74,7 +78,7 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
         adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, convention="openai",
         last_n_tokens_size=o["repeat_last_n"], rpc_servers=o["rpc"], rpc_servers_draft=o["rpc_draft"],
-        tensor_split=o["tensor_split"], cache_reuse=cache_reuse), max_queue=max_queue)
+        tensor_split=o["tensor_split"], cache_reuse=cache_reuse, draft_lookup=draft_lookup), max_queue=max_queue)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
