@@ -147,7 +147,8 @@ def stream_generate(
     stats = GenerationStats(n_prompt_tokens=len(prompt_tokens))
     text = TextAssembler(o.stop, errors=invalid_utf8)
     t_start = time.perf_counter()
-    stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=o.draft_max > 0)
+    # the draft is fed only while the policy drafts: decoding target-only, it catches up lazily when drafting resumes
+    stats.n_prompt_evaluated = engine.prefill(prompt_tokens, draft=engine.feeds_draft(o.draft_max, o.adaptive))
     t_decode = time.perf_counter()
     stats.prompt_seconds = t_decode - t_start
     d0, t0 = _decode_seconds(engine.draft), _decode_seconds(target)
