@@ -114,9 +114,11 @@ def server_command(name: str, port: int, threads: int | None) -> list[str]:
 
     target, draft = demo_coder_pair()
     server = build(llama_cpp_version(), os.cpu_count() or 2, ("llama-server",))["llama-server"]
-    # -b 512: specllama's batch, so both trim the prefix and suffix alike (llama-server keeps 3/4 of a batch of prefix)
-    return [str(server), "-m", target, "-c", "8192", "-b", "512", "--host", "127.0.0.1", "--port", str(port),
-            "--no-webui", *[draft if f == "DRAFT" else f for f in flags], "-t", str(threads or os.cpu_count() or 2)]
+    # -b 512: specllama's batch, so both trim the prefix and suffix alike (llama-server keeps 3/4 of a batch of
+    # prefix); -np 1: one slot, as specllama has, so a warm-up (no id_slot) fills the cache the completions use
+    return [str(server), "-m", target, "-c", "8192", "-b", "512", "-np", "1", "--host", "127.0.0.1", "--port",
+            str(port), "--no-webui", *[draft if f == "DRAFT" else f for f in flags],
+            "-t", str(threads or os.cpu_count() or 2)]
 
 
 def run(name: str, requests: int, threads: int | None, n_predict: int, temp: float | None) -> dict:

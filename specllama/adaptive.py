@@ -404,11 +404,13 @@ class DraftLengthPolicy:
             self.behind += 1
         self.observe_verify(n_drafted + 1, verify_seconds)
 
-    def observe_verify(self, rows: int, seconds: float) -> None:
-        """One target pass of ``rows`` rows took ``seconds``."""
+    def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True) -> None:
+        """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
+        a pass that timed no draft step (prompt-lookup drafts) keeps a
+        cannot-pay verdict, as target-only passes do (see :meth:`cannot_pay`)."""
         self.verify_passes.setdefault(rows, deque(maxlen=VERIFY_WINDOW)).append(seconds)
         self.last_timed[rows] = self.passes
-        if rows > 1:
+        if rows > 1 and reopen:
             self._verdict = None
 
     def observe_probe(self, rows: int, verify_seconds: float, draft_step_seconds: float | None) -> None:

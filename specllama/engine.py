@@ -387,7 +387,7 @@ class SpeculativeEngine:
                 self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
             elif looked_up:  # the target's cost of these rows; lookup's acceptance is its own
                 self.lookup_mix.observe(len(draft_tokens), n_accepted)
-                self.policy.observe_verify(n_rows, t2 - t1)
+                self.policy.observe_verify(n_rows, t2 - t1, reopen=False)
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)

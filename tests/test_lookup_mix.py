@@ -76,6 +76,25 @@ def test_a_poor_record_fades_back_to_the_prior_so_lookup_is_tried_again():
     assert mix.tried[3] == pytest.approx(tried + 3) and mix.accepted[3] == 2.0 and mix.tried[1] == 0.0
 
 
+def test_lookup_passes_do_not_reopen_a_cannot_pay_verdict():
+    """Lookup passes time target passes of several rows, but no draft step:
+    set against the draft step timed long before, fresh timings of a machine
+    that got busier could look as if drafting paid, and the draft model would
+    catch up on the whole prompt for nothing. So they keep the verdict; a pass
+    that drafted with the model reopens it."""
+    def compute_bound() -> DraftLengthPolicy:
+        p = DraftLengthPolicy()
+        p.observe_warm_up([0.004] * 5, {1: [0.010] * 5, 9: [0.090] * 5})  # 9 rows cost 9 x one row
+        assert p.cannot_pay(8)
+        return p
+
+    kept, reopened = compute_bound(), compute_bound()
+    for _ in range(3):  # cheap 2-row passes: with them, k = 1 would pay (2 x 10 ms > 1.1 x (4 + 10.5) ms)
+        kept.observe_verify(2, 0.0105, reopen=False)
+        reopened.observe_verify(2, 0.0105)
+    assert kept.cannot_pay(8) and not reopened.cannot_pay(8)
+
+
 def test_draft_lookup_needs_a_draft_model(tiny_pair):
     with pytest.raises(SpecLlamaError, match=r"^draft_lookup must be True or False, got 'yes'$"):
         SpeculativeLlama(tiny_pair[0], tiny_pair[1], draft_lookup="yes")
