@@ -21,7 +21,7 @@ The configurations ("+reuse": ``--cache-reuse 256``):
     lookup+reuse                    prompt-lookup drafts only (-md prompt-lookup)
     mixed+reuse                     both, chosen per pass (--draft-lookup)
     llama-server+reuse              llama.cpp's server, target only
-    llama-server+draft+reuse        ... with the draft model (-md)
+    llama-server+draft+reuse        ... with the draft model (-md, --spec-type draft-simple)
     llama-server+draft+ngram+reuse  ... and n-gram drafts (--spec-type draft-simple,ngram-simple)
 
 The llama-server configurations build ``llama-server`` first (from the
@@ -67,7 +67,7 @@ CONFIGS = {
     "lookup+reuse": ["-md", "prompt-lookup", *REUSE],
     "mixed+reuse": ["--draft-lookup", *REUSE],
     "llama-server+reuse": REUSE,
-    "llama-server+draft+reuse": ["-md", "DRAFT", *REUSE],
+    "llama-server+draft+reuse": ["-md", "DRAFT", "--spec-type", "draft-simple", *REUSE],  # -md alone drafts nothing
     "llama-server+draft+ngram+reuse": ["-md", "DRAFT", "--spec-type", "draft-simple,ngram-simple", *REUSE],
 }
 DEFAULT_CONFIGS = "default,target-only,default+reuse,target-only+reuse"
