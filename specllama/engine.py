@@ -322,10 +322,7 @@ class SpeculativeEngine:
             looked_up: list[int] = []
             if self.lookup_mix is not None and not forced and drafter is not None:
                 # from the committed sequence and past passes only, like k
-                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k)
-                # nothing is drafted past an end of generation (as the draft model stops there)
-                ends = [i for i, t in enumerate(looked_up) if target.is_eog(t)]
-                looked_up = looked_up[:ends[0] + 1] if ends else looked_up
+                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k, target.is_eog)
             if adaptive and not forced and not looked_up:
                 take_probe = getattr(self.policy, "take_probe", None)
                 if k == 0 and take_probe is not None:

@@ -18,7 +18,7 @@ any draft distribution.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .adaptive import expected_tokens
 from .drafters import LOOKUP_MAX_NGRAM, PromptLookupDrafter
@@ -43,7 +43,8 @@ class LookupMix:
         """Estimated P(a lookup draft after an n-gram match is kept | the drafts before it were)."""
         return (self.accepted[n] + MIX_PRIOR_ACCEPT * MIX_PRIOR_WEIGHT) / (self.tried[n] + MIX_PRIOR_WEIGHT)
 
-    def plan(self, seq: Sequence[int], cap: int, policy, model_k: int) -> list[int]:
+    def plan(self, seq: Sequence[int], cap: int, policy, model_k: int,
+             is_eog: Callable[[int], bool] = lambda _: False) -> list[int]:
         """The lookup drafts to verify in this pass (empty: the draft model's
         ``model_k`` drafts, or target-only).
 
@@ -54,18 +55,21 @@ class LookupMix:
                 second of the draft model at k) and ``verify_cost(rows)`` are
                 its measurements of past passes.
             model_k: the draft model's draft length chosen for this pass.
+            is_eog: whether a token ends generation: nothing is drafted past
+                one (as the draft model stops there).
         """
         if cap <= 0:
             return []
         tokens, n = self.lookup.match(seq, cap)
         if not tokens:
             return []
+        ends = [i for i, t in enumerate(tokens) if is_eog(t)]
+        tokens = tokens[:ends[0] + 1] if ends else tokens
+        self._n = n
         # every match fades its record toward the prior, so a verdict of old text is forgotten in time
         self.tried[n] *= MIX_DECAY
         self.accepted[n] *= MIX_DECAY
-        one = policy.verify_cost(1)
-        if one <= 0:  # nothing timed yet: lookup drafts cost no draft steps, take them
-            self._n = n
+        if policy.verify_cost(1) <= 0:  # nothing timed yet: lookup drafts cost no draft steps, take them
             return tokens
         a = self.acceptance(n)
         best_m, best = 0, policy.rate(model_k)
@@ -73,7 +77,6 @@ class LookupMix:
             rate = expected_tokens([a] * m, m) / policy.verify_cost(m + 1)
             if rate > best:
                 best_m, best = m, rate
-        self._n = n
         return tokens[:best_m]
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
