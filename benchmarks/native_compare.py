@@ -183,7 +183,8 @@ def run_specllama(flags: list[str], target: str, draft: str, temp: float, n: int
            "--temp", str(temp), "--seed", str(seed), "-t", str(threads), "-c", str(ctx), "--json", *flags]
     out, times = _run(cmd, timeout)
     d = json.loads(out.stdout)
-    keep = ("tokens_per_second", "n_tokens", "n_drafted", "n_accepted", "n_target_passes", "acceptance_rate")
+    keep = ("tokens_per_second", "n_tokens", "n_drafted", "n_accepted", "n_target_passes", "acceptance_rate",
+            "seconds", "python_seconds")
     return {**{k: d[k] for k in keep if k in d}, **times}
 
 
@@ -228,6 +229,11 @@ def summarise(results: dict[tuple[float, str], list[dict]], temps: list[float]) 
                 row["acceptance_rate"] = statistics.median(r.get("acceptance_rate", 0.0) for r in runs)
             if any("n_drafted" in r for r in runs):
                 row["n_drafted"] = statistics.median(r.get("n_drafted", 0) for r in runs)
+            if all(r.get("python_seconds") is not None and r.get("n_target_passes") for r in runs):
+                # decoding time outside llama.cpp's calls (the loop, sampling, text), per pass and as a share
+                row["outside_ms_per_pass"] = statistics.median(
+                    1000 * r["python_seconds"] / r["n_target_passes"] for r in runs)
+                row["outside_share"] = statistics.median(r["python_seconds"] / r["seconds"] for r in runs)
             rows.append(row)
         natives = {name: med[name] for name in NATIVE_SPEC if name in med}
         best = max(natives, key=natives.get) if natives else None
@@ -345,6 +351,10 @@ def main() -> None:
         acc = f"{row['acceptance_rate']:>6.0%}" if "acceptance_rate" in row and row.get("n_drafted") else f"{'':>6}"
         print(f"{row['temperature']:>4g}  {row['config']:<38} {row['tokens_per_second']:>6.1f}  {runs:<16} {acc}")
     print()
+    for row in rows:
+        if row["config"] == SPEC_TARGET and "outside_ms_per_pass" in row:
+            print(f"temp {row['temperature']:g}: {SPEC_TARGET} spent {row['outside_ms_per_pass']:.2f} ms per pass "
+                  f"outside llama.cpp's calls ({row['outside_share']:.1%} of its decoding time; median of runs)")
     for q in ratios:
         t = q["temperature"]
         best = q["best_native_speculative"] or "n/a"

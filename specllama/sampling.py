@@ -107,6 +107,8 @@ class SparseProbs:
 
     def sample(self, u: float) -> int:
         """Inverse-CDF sample for the uniform draw ``u``."""
+        if self.ids.shape[0] == 1:
+            return int(self.ids[0])  # one token (greedy, one-hot): every draw lands on it
         return int(self.ids[_inverse_cdf(self.probs, u)])
 
     def dense(self, n_vocab: int) -> np.ndarray:
@@ -154,14 +156,17 @@ def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
     temperature and softmax; temperature 0 is the one-hot argmax.
     """
     row = np.asarray(logits)
-    best = float(row.max())  # NaN anywhere makes this NaN: one pass checks both
+    # One pass over the row finds the best token and checks it: argmax stops
+    # at the first NaN, so a NaN anywhere makes ``best`` NaN.
+    top_id = int(np.argmax(row))
+    best = float(row[top_id])
     if math.isnan(best):
         raise ValueError("logits contain NaN; the model produced no usable distribution")
     if best == -math.inf:
         raise ValueError("every logit is -inf; no token can be sampled")
     if params.greedy:
         # Temperature 0 is an explicit argmax, never a division by a tiny number.
-        return SparseProbs(np.array([int(np.argmax(row))]), np.ones(1))
+        return SparseProbs(np.array([top_id]), np.ones(1))
     if best == math.inf:
         # +inf logits: the distribution is uniform over them (the limit of softmax).
         ids = np.flatnonzero(np.isposinf(row))
