@@ -25,6 +25,7 @@ the third call on.
     python benchmarks/robustness.py                              # 20 rounds, demo, demo-chat, demo-coder
     python benchmarks/robustness.py --rounds 5 --pairs demo -n 128
     python benchmarks/robustness.py --long-lived --rounds 3
+    python benchmarks/robustness.py --save run.json ...   # then, even if stopped: --report run.json
 """
 
 from __future__ import annotations
@@ -133,7 +134,14 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=10, help="API calls per process with --long-lived")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
+    ap.add_argument("--report", metavar="FILE", help="print the summary of a --save file (a run stopped early "
+                    "included) and measure nothing")
     args = ap.parse_args()
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        report(saved["values"], saved["loads"], saved["args"], args.json)
+        return
     pairs = args.pairs.split(",")
     temps = [float(t) for t in args.temps.split(",")]
     prompts = args.prompts.split(",")
@@ -166,9 +174,22 @@ def main() -> None:
                         lcell[c].append(statistics.mean(load[c]))
                     log(f"round {r + 1} {pair} temp {temp:g} {kind}: " + ", ".join(
                         f"{c} {cell[c][-1]:.1f}" for c in configs) + " tok/s")
+                    if args.save:
+                        Path(args.save).write_text(json.dumps({
+                            "args": vars(args), "values": [[p, t, v] for (p, t), v in values.items()],
+                            "loads": [[p, t, v] for (p, t), v in loads.items()]}))
+    report([[p, t, v] for (p, t), v in values.items()], [[p, t, v] for (p, t), v in loads.items()], vars(args),
+           args.json)
 
-    rng = random.Random(args.seed)
-    report = []
+
+def report(values_list: list, loads_list: list, args: dict, as_json: bool) -> None:
+    """Print the summary: per pair and temperature, the medians, the paired
+    ratios with their bootstrap intervals and 10th percentiles."""
+    values = {(p, t): v for p, t, v in values_list}
+    loads = {(p, t): v for p, t, v in loads_list}
+    configs = list(CONFIGS)
+    rng = random.Random(args["seed"])
+    rows = []
     for (pair, temp), cell in values.items():
         best = max(FIXED, key=lambda c: statistics.median(cell[c]))  # chosen once, pooled over rounds
         n = len(cell["default"])
@@ -177,19 +198,20 @@ def main() -> None:
             "default/target-only": [cell["default"][i] / cell["target-only"][i] for i in range(n)],
             "A/A": [cell["k=4 (A/A)"][i] / cell["k=4"][i] for i in range(n)],
         }
-        report.append({
+        rows.append({
             "pair": pair, "temperature": temp, "best_fixed": best, "rounds": n,
             "decode_tps_median": {c: statistics.median(cell[c]) for c in configs},
             "load_and_warm_up_seconds_median": {c: statistics.median(loads[(pair, temp)][c]) for c in configs},
             "ratios": {name: summarize(xs, rng) for name, xs in ratios.items()},
         })
-    if args.json:
-        print(json.dumps({"long_lived": args.long_lived, "n": args.n, "rounds": args.rounds, "results": report}))
+    rounds = max((row["rounds"] for row in rows), default=0)
+    if as_json:
+        print(json.dumps({"long_lived": args["long_lived"], "n": args["n"], "rounds": rounds, "results": rows}))
         return
-    mode = f"long-lived ({args.calls} calls, from the third on)" if args.long_lived else "fresh processes"
-    print(f"{mode}, {args.n} tokens, {args.rounds} rounds, empty remembered costs")
-    for row in report:
-        print(f"\n{row['pair']} temp {row['temperature']:g} (best fixed: {row['best_fixed']})")
+    mode = f"long-lived ({args['calls']} calls, from the third on)" if args["long_lived"] else "fresh processes"
+    print(f"{mode}, {args['n']} tokens, {rounds} rounds, empty remembered costs")
+    for row in rows:
+        print(f"\n{row['pair']} temp {row['temperature']:g} (best fixed: {row['best_fixed']}; {row['rounds']} rounds)")
         print("  decode tok/s (median): " + ", ".join(f"{c} {v:.1f}" for c, v in row["decode_tps_median"].items()))
         print("  load + warm-up s (median): " + ", ".join(
             f"{c} {v:.2f}" for c, v in row["load_and_warm_up_seconds_median"].items()))
