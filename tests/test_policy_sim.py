@@ -145,17 +145,21 @@ def test_the_machines_are_the_measured_ones():
 
 
 @pytest.mark.parametrize("accept", [
-    pytest.param(0.5, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.96 of target-only (it drafts in a third "
-                                                                "of the passes: k = 1 is only 5% slower there)")),
+    pytest.param(0.5, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.958 of target-only (it drafts in a "
+                                                                "third of the passes: k = 1 is only 5% slower there, "
+                                                                "and the costs' noise hides that)")),
     0.8,
-    pytest.param(0.95, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.967 (the climb from k = 1 to the "
-                                                                 "best k = 4 takes tens of passes)"))])
+    pytest.param(0.95, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.968 (k = 3..6 are within 1% of each "
+                                                                 "other, and the choice wanders among them)")),
+    # the demo pairs' case in benchmarks/robustness.py: the best fixed k is at or near the cap
+    # (0.969 with the old prior, acceptance 0.7 weighing 8 passes: the climb to k = 7 was slow)
+    0.98])
 def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     """Fresh processes (a new policy each), 256 tokens each: >= 0.97 of the
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
     drafting does not pay on the demo's costs)."""
     k_best, best = best_fixed(DEMO, accept, seed=1)
-    assert k_best == {0.5: 0, 0.8: 1, 0.95: 4}[accept] or DEMO.expected_rate(k_best, accept) >= 0.99 * max(
+    assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7}[accept] or DEMO.expected_rate(k_best, accept) >= 0.99 * max(
         DEMO.expected_rate(k, accept) for k in range(CAP + 1))
     rng = np.random.default_rng(2)
     ours = tps([Run(DEMO, rng).call(constant(accept)) for _ in range(RUNS)])
@@ -195,7 +199,7 @@ def test_a_machine_that_gets_busier_does_not_start_drafting_where_it_cannot_pay(
 
 
 @pytest.mark.parametrize("accept, early_rejections", [
-    pytest.param(0.8, 0, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.9697 of the best fixed k")),
+    pytest.param(0.8, 0, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.9687 of the best fixed k")),
     (0.8, 6), (0.95, 0), (0.95, 6)])
 def test_a_long_lived_process_stays_near_the_best_fixed_k(accept, early_rejections):
     """Ten consecutive calls on one policy (the API's and the server's
