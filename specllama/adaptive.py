@@ -14,7 +14,8 @@ decoding.
 Robust for a first-time user and in a long-lived process:
 
 - Acceptance: a pooled rate over all positions, which each position's own
-  (decayed) record refines only as its evidence grows; the choice uses an
+  (decayed) record refines only as its evidence grows (``LEAN_WEIGHT``);
+  near-ties go to the longer draft (``TIE``). Giving drafting up uses an
   upper confidence bound of each rate, so a position tried rarely (or never)
   is assumed as good as it may plausibly be, and a few early rejections do
   not end drafting: longer drafts keep being tried while they might pay.
@@ -56,12 +57,22 @@ PAY_MARGIN = 0.10  # drafting that would gain less than this at perfect acceptan
 # position); a light prior lets a few passes say otherwise. With 0.7 weighing 8 passes a
 # fresh process spent tens of passes climbing from k = 1 to the best k (issue 18).
 PRIOR_ACCEPT = 0.85
-PRIOR_WEIGHT = 4.0  # a position's estimate leans on the one before it (position 0: the pooled rate) with this weight
+PRIOR_WEIGHT = 4.0
+# A position's estimate leans on the one before it (position 0: on the pooled rate) with
+# this weight: its own record departs from that only once it outweighs 16 passes. Real
+# rejections fall at hard tokens of the text, at whatever position they land, so one
+# rejection at position 3 says little about position 3 (with 4, the choice fled such
+# positions for tens of passes; tests/test_policy_sim.py's real traces).
+LEAN_WEIGHT = 16.0
 DECAY = 0.99  # at each drafting pass, older acceptance observations fade
 OPTIMISM = 0.0  # the choice among draft lengths uses estimate + OPTIMISM standard errors
 FALLBACK_OPTIMISM = 1.0  # ... and drafting is given up only if it cannot pay at estimate + this many
 RESUME_OPTIMISM = 0.5  # ... and once given up, taken up again only if it pays at estimate + this many
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
+# Draft lengths whose expected speed is within this share of the best are a tie, which
+# the longest wins: at ~99% acceptance k = 3..8 are within a few percent of each other
+# on the estimates, and a longer draft measures more positions at no expected cost.
+TIE = 0.01
 START_K = 4  # the first pass, before any cost is known
 EXPLORE_EVERY = 16  # passes between probes of a neighbouring k
 MAX_PROBE_GAP = 256  # after a fallback to k = 0 on acceptance, probes come ever rarer, up to this
@@ -184,7 +195,7 @@ class DraftLengthPolicy:
         for i in range(k):
             acc = self.accepted[i] if i < len(self.accepted) else 0.0
             tried = self.tried[i] if i < len(self.tried) else 0.0
-            prior = (acc + prior * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+            prior = (acc + prior * LEAN_WEIGHT) / (tried + LEAN_WEIGHT)
             out.append(prior)
         return out
 
@@ -195,7 +206,7 @@ class DraftLengthPolicy:
         z = FALLBACK_OPTIMISM if z is None else z
         out = []
         for i, a in enumerate(self.acceptances(k)):
-            n = (self.tried[i] if i < len(self.tried) else 0.0) + PRIOR_WEIGHT
+            n = (self.tried[i] if i < len(self.tried) else 0.0) + LEAN_WEIGHT
             out.append(min(1.0, a + z * math.sqrt(a * (1.0 - a) / n)))
         return out
 
@@ -349,6 +360,8 @@ class DraftLengthPolicy:
             return 0
         rates, may_pay = self._rates(cap)
         best = max(range(1, cap + 1), key=rates.__getitem__) if may_pay else 0
+        if best:
+            best = max(k for k in range(best, cap + 1) if rates[k] >= (1 - TIE) * rates[best])
         if best == 0 and not self._sure(cap):
             # too little evidence to give drafting up: keep measuring at the best k >= 1
             best = max(range(1, cap + 1), key=rates.__getitem__)

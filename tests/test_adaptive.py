@@ -8,9 +8,11 @@ import pytest
 from specllama.adaptive import (
     DECAY,
     EXPLORE_EVERY,
+    LEAN_WEIGHT,
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
     START_K,
+    TIE,
     DraftLengthPolicy,
     expected_tokens,
 )
@@ -61,6 +63,14 @@ def test_choice_maximises_expected_tokens_per_second(accept, draft_s, verify_one
     assert policy_with(accept, draft_s, verify_one, slope).choose(8) == expected
 
 
+def test_a_near_tie_goes_to_the_longer_draft():
+    # at 90% acceptance on the demo pair's costs k = 3 is the best, and k = 4 is 0.9908 of it
+    # (within TIE), k = 5 0.9707 (not): the longer draft of the tie measures more positions
+    assert best_k(0.9, 0.016, 0.043, 0.006, 8) == 3
+    assert TIE == 0.01
+    assert policy_with(0.9, 0.016, 0.043, 0.006).choose(8) == 4
+
+
 def test_cap_is_respected():
     assert policy_with(0.95, 0.004, 0.040, 0.004).choose(3) == 3
     assert policy_with(0.95, 0.004, 0.040, 0.004).choose(0) == 0
@@ -97,9 +107,9 @@ def test_acceptance_estimates_follow_observations():
     weight = sum(DECAY**j for j in range(200))  # the decayed count of 200 passes
     pooled = (weight + PRIOR_ACCEPT * PRIOR_WEIGHT) / (2 * weight + PRIOR_WEIGHT)
     assert p.pooled() == pytest.approx(pooled)
-    a0 = (weight + pooled * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT)
+    a0 = (weight + pooled * LEAN_WEIGHT) / (weight + LEAN_WEIGHT)
     assert p.acceptance(0) == pytest.approx(a0)
-    assert p.acceptance(1) == pytest.approx(a0 * PRIOR_WEIGHT / (weight + PRIOR_WEIGHT))  # leans on position 0
+    assert p.acceptance(1) == pytest.approx(a0 * LEAN_WEIGHT / (weight + LEAN_WEIGHT))  # leans on position 0
     assert p.acceptance(2) == pytest.approx(p.acceptance(1))  # never reached: its predecessor's rate
     # passes without drafts leave the estimates as they were
     before = [p.acceptance(i) for i in range(3)]
