@@ -84,6 +84,10 @@ DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
 VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
+# ... before that, the estimate counts as this many timings of its own. (It was the lower of
+# the two: the least of one or two noisy timings is a low draw, and the choice then stayed on
+# that row count until it was timed TRUSTED times.)
+ESTIMATE_WEIGHT = 1.0
 SAVED_WEIGHT = 4.0  # a saved acceptance record counts as this many passes
 WARM_UP_TIMINGS = 5  # timings of each kind at load (their median is used)
 
@@ -217,16 +221,20 @@ class DraftLengthPolicy:
         pass (:func:`typical`). Otherwise its cost is estimated from the other row
         counts (interpolated between the nearest timed ones, extrapolated
         with a robust slope), and a row count timed once or twice takes the
-        lower of its own timings and that estimate: a cost timed cold looks
-        no dearer than its neighbours say, so the policy tries it and
+        mean of its own timings and that estimate (``ESTIMATE_WEIGHT``), a
+        timing over ``OUTLIER`` times the estimate left out: a cost timed cold
+        looks no dearer than its neighbours say, so the policy tries it and
         measures it again instead of avoiding it forever.
         """
         own = self.verify_passes.get(rows)
         if own and len(own) >= TRUSTED:
             return typical(own)
         estimate = self._estimate(rows)
+        if own and estimate is not None:
+            kept = [t for t in own if t <= OUTLIER * estimate]
+            return (sum(kept) + ESTIMATE_WEIGHT * estimate) / (len(kept) + ESTIMATE_WEIGHT)
         if own:
-            return min(min(own), estimate) if estimate is not None else min(own)
+            return min(own)
         return estimate if estimate is not None else 0.0
 
     def _estimate(self, rows: int, seconds: dict[int, float] | None = None) -> float | None:

@@ -7,12 +7,15 @@ import pytest
 
 from specllama.adaptive import (
     DECAY,
+    ESTIMATE_WEIGHT,
     EXPLORE_EVERY,
     LEAN_WEIGHT,
+    OUTLIER,
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
     START_K,
     TIE,
+    TRUSTED,
     DraftLengthPolicy,
     expected_tokens,
 )
@@ -61,6 +64,22 @@ def test_verify_cost_is_the_measured_line():
 def test_choice_maximises_expected_tokens_per_second(accept, draft_s, verify_one, slope, expected):
     assert best_k(accept, draft_s, verify_one, slope, 8) == expected
     assert policy_with(accept, draft_s, verify_one, slope).choose(8) == expected
+
+
+def test_a_row_count_timed_once_weighs_its_timing_with_its_neighbours_estimate():
+    p = DraftLengthPolicy()
+    for _ in range(TRUSTED):
+        p.observe_verify(1, 0.040)
+        p.observe_verify(9, 0.120)
+    assert p.verify_cost(5) == pytest.approx(0.080)  # interpolated
+    p.observe_verify(5, 0.070)  # one low draw does not set the cost alone
+    assert p.verify_cost(5) == pytest.approx((0.070 + ESTIMATE_WEIGHT * 0.080) / (1 + ESTIMATE_WEIGHT))
+    q = DraftLengthPolicy()
+    for _ in range(TRUSTED):
+        q.observe_verify(1, 0.040)
+        q.observe_verify(9, 0.120)
+    q.observe_verify(5, 0.080 * OUTLIER + 0.001)  # timed cold: left out, so k = 4 is not avoided for it
+    assert q.verify_cost(5) == pytest.approx(0.080)
 
 
 def test_a_near_tie_goes_to_the_longer_draft():
