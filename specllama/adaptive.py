@@ -84,9 +84,9 @@ DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
 VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
-# ... before that, the estimate counts as this many timings of its own. (It was the lower of
-# the two: the least of one or two noisy timings is a low draw, and the choice then stayed on
-# that row count until it was timed TRUSTED times.)
+# ... before that, an interpolation between timed row counts counts as this many timings of
+# its own. (It was the lower of the two: the least of one or two noisy timings is a low draw,
+# and the choice then stayed on that row count until it was timed TRUSTED times.)
 ESTIMATE_WEIGHT = 1.0
 SAVED_WEIGHT = 4.0  # a saved acceptance record counts as this many passes
 WARM_UP_TIMINGS = 5  # timings of each kind at load (their median is used)
@@ -220,22 +220,28 @@ class DraftLengthPolicy:
         A row count timed at least ``TRUSTED`` times costs its typical recent
         pass (:func:`typical`). Otherwise its cost is estimated from the other row
         counts (interpolated between the nearest timed ones, extrapolated
-        with a robust slope), and a row count timed once or twice takes the
-        mean of its own timings and that estimate (``ESTIMATE_WEIGHT``), a
-        timing over ``OUTLIER`` times the estimate left out: a cost timed cold
-        looks no dearer than its neighbours say, so the policy tries it and
-        measures it again instead of avoiding it forever.
+        with a robust slope). A row count timed once or twice between two timed
+        ones takes the mean of its own timings and that interpolation
+        (``ESTIMATE_WEIGHT``), a timing over ``OUTLIER`` times it left out;
+        outside them, the lower of its own timings and the extrapolation. A
+        cost timed cold looks no dearer than its neighbours say, so the policy
+        tries it and measures it again instead of avoiding it forever.
         """
         own = self.verify_passes.get(rows)
         if own and len(own) >= TRUSTED:
             return typical(own)
         estimate = self._estimate(rows)
-        if own and estimate is not None:
+        if own and estimate is not None and self._between_timed(rows):
             kept = [t for t in own if t <= OUTLIER * estimate]
             return (sum(kept) + ESTIMATE_WEIGHT * estimate) / (len(kept) + ESTIMATE_WEIGHT)
-        if own:
-            return min(own)
+        if own:  # an extrapolation is a guess: it only lowers the cost, so the count gets timed
+            return min(min(own), estimate) if estimate is not None else min(own)
         return estimate if estimate is not None else 0.0
+
+    def _between_timed(self, rows: int) -> bool:
+        """Whether row counts below and above ``rows`` were timed (its estimate is an interpolation)."""
+        timed = [n for n, ts in self.verify_passes.items() if ts and n != rows]
+        return any(n < rows for n in timed) and any(n > rows for n in timed)
 
     def _estimate(self, rows: int, seconds: dict[int, float] | None = None) -> float | None:
         """A pass of ``rows`` rows from the other row counts' costs (``seconds``:
