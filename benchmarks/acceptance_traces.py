@@ -1,5 +1,5 @@
 """Record real acceptance traces for the draft-length policy's timing-free
-test (tests/test_policy_traces.py): for each pair and prompt, the target's
+tests (tests/test_policy_sim.py): for each pair and prompt, the target's
 greedy text and, at each of its positions, whether the draft's greedy token
 agrees. At temperature 0 a pass at position j with k drafts keeps
 min(k, the run of agreements from j) tokens, so the file replays a real
@@ -10,7 +10,10 @@ costs measured with them: the median of 15 target passes of 1..9 rows and of
     python benchmarks/acceptance_traces.py --pairs demo,demo-chat -n 256 \
         --out tests/data/acceptance_traces.json
 
-The prompts are not robustness.py's held-out ones.
+The prompts are not robustness.py's held-out ones. The target's text is decoded
+one token at a time and the draft's rows in one batch, where the engine
+verifies in batches: at a near-tie the two can differ by batch
+(benchmarks/numerics.py), so a trace may not match a real run token for token.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Every figure of the draft-length policy's timing-free tests at once
-(tests/test_policy_sim.py: simulated costs with +-20% noise; Bernoulli
+"""The figures of the draft-length policy's timing-free tests where drafting
+pays (tests/test_policy_sim.py: simulated costs with +-20% noise; Bernoulli
 acceptance, and the demo pairs' real acceptance traces), each a ratio of the
 best fixed draft length's tokens per second, as the tests compute them.
 
 ``--policy-from COMMIT`` runs the same simulations with
-``specllama/adaptive.py`` as it was at that commit (what a change moved);
-``--set NAME=VALUE`` changes one of its constants first.
+``specllama/adaptive.py`` as it was at that commit (what a change moved; the
+policy's methods that the simulator calls must be those of today);
+``--set NAME=VALUE`` rewrites one of its constants' lines first.
 
     python benchmarks/policy_sim.py
     python benchmarks/policy_sim.py --policy-from 250990e
@@ -15,50 +16,65 @@ best fixed draft length's tokens per second, as the tests compute them.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
+import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "specllama/adaptive.py"
 
 
-def policy_module(commit: str | None) -> types.ModuleType:
-    """specllama.adaptive, as checked out or as it was at ``commit``."""
+def policy_source(commit: str | None) -> str:
+    """specllama/adaptive.py as checked out, or as it was at ``commit``."""
     if commit is None:
-        return importlib.import_module("specllama.adaptive")
-    importlib.import_module("specllama")
-    shown = subprocess.run(["git", "show", f"{commit}:specllama/adaptive.py"], cwd=ROOT, capture_output=True,
-                           text=True)
+        return (ROOT / MODULE).read_text(encoding="utf-8")
+    shown = subprocess.run(["git", "show", f"{commit}:{MODULE}"], cwd=ROOT, capture_output=True, text=True)
     if shown.returncode:
         sys.exit(f"--policy-from {commit}: {shown.stderr.strip()}")
+    return shown.stdout
+
+
+def with_constant(source: str, item: str) -> str:
+    """``source`` with the line ``NAME = ...`` of a module-level constant set to VALUE
+    (so that defaults bound at definition time take it too)."""
+    name, _, value = item.partition("=")
+    line = re.compile(rf"^{re.escape(name)} = [^\n#]*", re.M)
+    if not name.isupper() or not line.search(source) or not value:
+        sys.exit(f"--set {item}: expected NAME=VALUE with NAME one of the constants of {MODULE}")
+    return line.sub(f"{name} = {value}  ", source, count=1)
+
+
+def load_policy(source: str, origin: str) -> None:
+    """Import ``source`` as specllama.adaptive, before the simulator imports it."""
+    import specllama  # noqa: F401  (the package first: its submodule is then replaced)
+
     module = types.ModuleType("specllama.adaptive")
-    module.__file__ = f"{commit}:specllama/adaptive.py"
-    sys.modules["specllama.adaptive"] = module  # before the tests import it
-    exec(compile(shown.stdout, module.__file__, "exec"), module.__dict__)
-    return module
+    module.__file__ = origin
+    sys.modules["specllama.adaptive"] = module  # dataclasses look their module up while it executes
+    exec(compile(source, origin, "exec"), module.__dict__)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policy-from", metavar="COMMIT", help="specllama/adaptive.py as at this commit")
+    ap.add_argument("--policy-from", metavar="COMMIT", help=f"{MODULE} as at this commit")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="a constant of specllama.adaptive to change first")
+                    help=f"a constant of {MODULE} to change first")
     args = ap.parse_args()
-    sys.path.insert(0, ROOT)
-    adaptive = policy_module(args.policy_from)
+    source = policy_source(args.policy_from)
     for item in args.set:
-        name, _, value = item.partition("=")
-        if not hasattr(adaptive, name):
-            sys.exit(f"--set: specllama.adaptive has no constant {name!r}")
-        setattr(adaptive, name, type(getattr(adaptive, name))(value))
+        source = with_constant(source, item)
+    sys.path.insert(0, str(ROOT))
+    load_policy(source, f"{args.policy_from or 'checkout'}:{MODULE}")
     from tests import test_policy_sim as sim
 
-    ratios = {f"fresh, acceptance {a}": sim.fresh_ratio(a) for a in (0.5, 0.8, 0.95, 0.98)}
-    for accept, early in ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6)):
+    ratios = {f"fresh, acceptance {a if a != sim.FALLING else 'falling by position, 0.95 to 0.67'}":
+              sim.fresh_ratio(a)[0] for a in sim.FRESH_RATES}
+    for accept, early in sim.LONG_LIVED_CASES:
         ratios[f"long-lived, acceptance {accept}, first {early} passes rejected"] = sim.long_lived_ratio(accept, early)
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.4f}")
@@ -70,4 +86,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    os.chdir(ROOT)
     main()

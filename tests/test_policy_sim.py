@@ -8,6 +8,7 @@ are compared with the best fixed draft length's on the same machine."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,10 @@ class Machine:
         xs, ys = zip(*self.rows)
         return float(np.interp(n, xs, ys))
 
-    def expected_rate(self, k: int, accept: float) -> float:
-        """Tokens per second of a fixed k, in expectation."""
-        tokens = sum(accept**j for j in range(k + 1))
+    def expected_rate(self, k: int, accept) -> float:
+        """Tokens per second of a fixed k, in expectation (``accept``: a rate, or a tuple by position)."""
+        rates = accept if isinstance(accept, tuple) else (accept,) * k
+        tokens = sum(float(np.prod(rates[:j])) for j in range(k + 1))
         return tokens / (k * self.draft_step + self.verify(k + 1))
 
 
@@ -76,11 +78,12 @@ class Run:
 
     def call(self, accept, n_tokens: int = TOKENS) -> tuple[int, float]:
         """Generate ``n_tokens``; ``accept(pass_index)`` is each position's
-        acceptance rate in that pass (Bernoulli). Returns (tokens, seconds)."""
+        acceptance rate in that pass (Bernoulli), or a tuple of them by
+        position. Returns (tokens, seconds)."""
 
         def kept(k: int, _position: int, pass_index: int) -> int:
             rate, n = accept(pass_index), 0
-            while n < k and self.rng.random() < rate:
+            while n < k and self.rng.random() < (rate[n] if isinstance(rate, tuple) else rate):
                 n += 1
             return n
 
@@ -144,22 +147,33 @@ class Run:
         return tokens, seconds
 
 
-def constant(rate: float):
+def constant(rate):
+    """Every pass at this acceptance rate (a float, or a tuple by position)."""
     return lambda _: rate
+
+
+# positions further into the draft kept less often: 0.95 at the first, 0.67 at the eighth
+FALLING = tuple(round(0.95 - 0.04 * i, 2) for i in range(CAP))
 
 
 def tps(results: list[tuple[int, float]]) -> float:
     return sum(t for t, _ in results) / sum(s for _, s in results)
 
 
-def best_fixed(machine: Machine, accept: float, seed: int, calls: int = RUNS) -> tuple[int, float]:
-    """The best fixed k (0..CAP) by simulated tokens per second, and that speed."""
-    speeds = {}
-    for k in range(CAP + 1):
-        rng = np.random.default_rng(seed)
-        speeds[k] = tps([Run(machine, rng, fixed=k).call(constant(accept)) for _ in range(calls)])
+def best_of_fixed(speed) -> tuple[int, float]:
+    """The best fixed k (0..CAP) by ``speed(k)`` (tokens per second), and that speed."""
+    speeds = {k: speed(k) for k in range(CAP + 1)}
     best = max(speeds, key=speeds.__getitem__)
     return best, speeds[best]
+
+
+def best_fixed(machine: Machine, accept, seed: int, calls: int = RUNS) -> tuple[int, float]:
+    """The best fixed k by simulated tokens per second at this acceptance, and that speed."""
+    def speed(k: int) -> float:
+        rng = np.random.default_rng(seed)  # one stream for the k's runs
+        return tps([Run(machine, rng, fixed=k).call(constant(accept)) for _ in range(calls)])
+
+    return best_of_fixed(speed)
 
 
 def test_the_machines_are_the_measured_ones():
@@ -171,29 +185,44 @@ def test_the_machines_are_the_measured_ones():
     assert not cannot_pay(DEMO.draft_step, DEMO.verify, CAP)
 
 
-@pytest.mark.parametrize("accept", [
-    pytest.param(0.5, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.953 of target-only (it drafts in a "
-                                                                "third of the passes: k = 1 is only 5% slower there, "
-                                                                "and the costs' noise hides that)")),
-    0.8, 0.95,
-    # the demo pairs' case in benchmarks/robustness.py: the best fixed k is at or near the cap
-    0.98])
+# the Bernoulli cases where drafting pays (benchmarks/policy_sim.py prints them all)
+# 0.98: the demo pairs' case, the best fixed k at or near the cap; FALLING: a rate by position
+FRESH_RATES = (0.5, 0.8, 0.95, 0.98, FALLING)
+LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, first passes all rejected)
+SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
+    0.5: "0.953 of target-only (it drafts in a third of the passes: k = 1 is only 5% slower there, and the costs' "
+         "noise hides that)",
+    FALLING: "0.966 (the best fixed k is 2, and k = 3 is within 1% of it)",
+    (0.95, 0): "0.9694 of the best fixed k",
+}
+
+
+def cases(keys, *, unpack: bool) -> list:
+    """The parameters, the ones in SHORT_OF_GOAL as strict xfails with their figure."""
+    params = []
+    for key in keys:
+        marks = [pytest.mark.xfail(strict=True, reason=f"{SHORT} {SHORT_OF_GOAL[key]}")] if key in SHORT_OF_GOAL else []
+        params.append(pytest.param(*key, marks=marks) if unpack else
+                      pytest.param(key, marks=marks, id="falling" if key == FALLING else str(key)))
+    return params
+
+
+@pytest.mark.parametrize("accept", cases(FRESH_RATES, unpack=False))
 def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     """Fresh processes (a new policy each), 256 tokens each: >= 0.97 of the
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
     drafting does not pay on the demo's costs)."""
-    k_best, best = best_fixed(DEMO, accept, seed=1)
-    assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7}[accept] or DEMO.expected_rate(k_best, accept) >= 0.99 * max(
-        DEMO.expected_rate(k, accept) for k in range(CAP + 1))
-    ratio = fresh_ratio(accept)
+    ratio, k_best = fresh_ratio(accept)
+    assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7, FALLING: 2}[accept] or DEMO.expected_rate(
+        k_best, accept) >= 0.99 * max(DEMO.expected_rate(k, accept) for k in range(CAP + 1))
     assert ratio >= 0.97, ratio
 
 
-def fresh_ratio(accept: float) -> float:
-    """``RUNS`` fresh processes' tokens per second over the best fixed k's."""
-    _, best = best_fixed(DEMO, accept, seed=1)
+def fresh_ratio(accept) -> tuple[float, int]:
+    """``RUNS`` fresh processes' tokens per second over the best fixed k's, and that k."""
+    k_best, best = best_fixed(DEMO, accept, seed=1)
     rng = np.random.default_rng(2)
-    return tps([Run(DEMO, rng).call(constant(accept)) for _ in range(RUNS)]) / best
+    return tps([Run(DEMO, rng).call(constant(accept)) for _ in range(RUNS)]) / best, k_best
 
 
 @pytest.mark.parametrize("accept", [0.5, 0.8, 0.95])
@@ -228,11 +257,7 @@ def test_a_machine_that_gets_busier_does_not_start_drafting_where_it_cannot_pay(
     assert sum(r.drafting_passes for r in runs) <= 0.02 * sum(r.passes for r in runs)
 
 
-@pytest.mark.parametrize("accept, early_rejections", [
-    (0.8, 0), (0.8, 6),
-    pytest.param(0.95, 0, marks=pytest.mark.xfail(strict=True, reason=f"{SHORT} 0.9694 of the best fixed k")),
-    (0.95, 6),
-])
+@pytest.mark.parametrize("accept, early_rejections", cases(LONG_LIVED_CASES, unpack=True))
 def test_a_long_lived_process_stays_near_the_best_fixed_k(accept, early_rejections):
     """Ten consecutive calls on one policy (the API's and the server's
     case), the first passes of the first call optionally all rejected: from
@@ -267,6 +292,7 @@ def trace_machine(pair: dict) -> Machine:
                    draft_step=step, catch_up_per_token=step / 10)
 
 
+@functools.cache
 def trace_ratios() -> tuple[list[float], list[float]]:
     """Per fresh process replaying a trace: its tokens per second over the
     best fixed k's on noiseless timings; and the same for that best fixed k
@@ -275,22 +301,25 @@ def trace_ratios() -> tuple[list[float], list[float]]:
     for pair in TRACES["pairs"].values():
         m = trace_machine(pair)
         for agree in pair["traces"].values():
-            fixed = {k: tps([Run(m, np.random.default_rng(0), fixed=k, noise=0.0).replay(agree)])
-                     for k in range(CAP + 1)}
-            k_best = max(fixed, key=fixed.__getitem__)
+            k_best, best = best_of_fixed(
+                lambda k, m=m, agree=agree: tps([Run(m, np.random.default_rng(0), fixed=k, noise=0.0).replay(agree)]))
             for seed in range(TRACE_SEEDS):
-                ours.append(tps([Run(m, np.random.default_rng(seed)).replay(agree)]) / fixed[k_best])
-                control.append(tps([Run(m, np.random.default_rng(100 + seed), fixed=k_best).replay(agree)])
-                               / fixed[k_best])
+                ours.append(tps([Run(m, np.random.default_rng(seed)).replay(agree)]) / best)
+                control.append(tps([Run(m, np.random.default_rng(100 + seed), fixed=k_best).replay(agree)]) / best)
     return ours, control
 
 
-def test_the_traces_are_real_generations():
-    pairs = TRACES["pairs"]
-    assert sorted(pairs) == ["demo", "demo-chat"]
-    assert all(len(t) == 256 or "0" in t for p in pairs.values() for t in p["traces"].values())
-    kept = [t.count("1") / len(t) for p in pairs.values() for t in p["traces"].values()]
-    assert 0.97 <= min(kept) and max(kept) == 1.0  # the demo pairs agree on 97-100% of greedy tokens
+def test_the_traces_are_the_recorded_generations():
+    """Lengths and disagreements per trace, as recorded (a re-recording that
+    differs shows here): the demo pairs agree on 97-100% of greedy tokens."""
+    shape = {pair: {name: (len(t), t.count("0")) for name, t in p["traces"].items()}
+             for pair, p in TRACES["pairs"].items()}
+    assert shape == {
+        "demo": {"essay": (256, 1), "recipe": (256, 3), "py": (256, 2), "js": (256, 7), "qa": (256, 1),
+                 "letter": (256, 0)},
+        "demo-chat": {"essay": (256, 0), "recipe": (256, 0), "py": (256, 3), "js": (256, 2), "qa": (101, 2),
+                      "letter": (256, 0)},
+    }
 
 
 def test_on_real_generations_the_median_reaches_the_best_fixed_k():
@@ -300,7 +329,8 @@ def test_on_real_generations_the_median_reaches_the_best_fixed_k():
     0.982 (benchmarks/policy_sim.py prints it, and what older constants gave:
     0.971 before positions leaned on their predecessor with weight 16, near-ties
     went to the longer draft and a row count timed once was weighed with its
-    estimate; 0.970 with the older prior)."""
+    estimate; 0.963 with the older prior). The constants were tuned on these
+    traces: the figures are in-sample."""
     ours, _ = trace_ratios()
     assert len(ours) == 12 * TRACE_SEEDS
     assert float(np.median(ours)) >= 0.97
