@@ -172,6 +172,9 @@ class DraftLengthPolicy:
     # other costs than one row's are timed
     _verdict: tuple[float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
+    # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
+    # the one writer of verify_passes, clears it
+    _typical_verify: dict[int, float] | None = field(default=None, repr=False)
 
     # -- estimates --------------------------------------------------------
 
@@ -183,7 +186,9 @@ class DraftLengthPolicy:
     @property
     def verify_seconds(self) -> dict[int, float]:
         """Rows -> the typical recent pass with that many rows (:func:`typical`)."""
-        return {rows: typical(ts) for rows, ts in self.verify_passes.items() if ts}
+        if self._typical_verify is None:
+            self._typical_verify = {rows: typical(ts) for rows, ts in self.verify_passes.items() if ts}
+        return self._typical_verify
 
     def pooled(self) -> float:
         """Acceptance over all positions observed (the prior before any)."""
@@ -242,7 +247,7 @@ class DraftLengthPolicy:
         """
         own = self.verify_passes.get(rows)
         if own and len(own) >= TRUSTED:
-            return typical(own)
+            return self.verify_seconds[rows]
         estimate, interpolated = self._estimate_how(rows)
         if own and interpolated:
             kept = [t for t in own if t <= OUTLIER * estimate]
@@ -335,11 +340,14 @@ class DraftLengthPolicy:
         and whether drafting may pay: some k >= 1 beats target-only at
         acceptance rates ``FALLBACK_OPTIMISM`` standard errors above the
         estimates (a few early rejections do not end drafting)."""
-        rates = [self._rate(k, self.optimistic_acceptances(k, OPTIMISM)) for k in range(cap + 1)]
+        # a position's estimate depends only on those before it: the cap's list serves every k
+        accept = self.optimistic_acceptances(cap, OPTIMISM)
+        rates = [self._rate(k, accept) for k in range(cap + 1)]
+        if max(rates[1:]) > rates[0]:
+            return rates, True
         z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
-        may_pay = max(rates[1:]) > rates[0] or max(
-            self._rate(k, self.optimistic_acceptances(k, z)) for k in range(1, cap + 1)) > rates[0]
-        return rates, may_pay
+        optimistic = self.optimistic_acceptances(cap, z)
+        return rates, max(self._rate(k, optimistic) for k in range(1, cap + 1)) > rates[0]
 
     def _sure(self, cap: int) -> bool:
         """Enough evidence to give drafting up on the rates alone."""
@@ -450,6 +458,7 @@ class DraftLengthPolicy:
         a pass that timed no draft step (prompt-lookup drafts) keeps a
         cannot-pay verdict, as target-only passes do (see :meth:`cannot_pay`)."""
         self.verify_passes.setdefault(rows, deque(maxlen=VERIFY_WINDOW)).append(seconds)
+        self._typical_verify = None
         self.last_timed[rows] = self.passes
         if rows > 1 and reopen:
             self._verdict = None
