@@ -4,16 +4,29 @@ greedy text and, at each of its positions, whether the draft's greedy token
 agrees. At temperature 0 a pass at position j with k drafts keeps
 min(k, the run of agreements from j) tokens, so the file replays a real
 generation at any draft length, with its real, bursty rejections. Also the
-costs measured with them: the median of 15 target passes of 1..9 rows and of
-15 draft steps, at a 64-token context, interleaved.
+costs measured with them: the median of 15 target passes of 1..9 rows, of
+15 draft steps and of 15 draft evaluations of two tokens (a pass's first
+step after a pass that kept all its drafts: the last draft and the bonus
+token), at a 64-token context, interleaved.
+
+``--sampled T`` adds traces at temperature T
+(the default top-k, top-p and min-p): the target's text sampled with a fixed
+seed and, at each position j, the chance that a draft token there is
+accepted, sum_x min(p_j(x), q_j(x)) with both rows after the same transforms.
+Each position is judged at most once in a generation (a rejected one takes
+the residual token, and the next pass starts after it), so drawing each
+position's agreement once, with its own chance, replays a real sampled
+generation: easy stretches and hard ones where they fell. (Token-level
+acceptance; block verification, the default, keeps a little more.)
 
     python benchmarks/acceptance_traces.py --pairs demo,demo-chat -n 256 \
-        --out tests/data/acceptance_traces.json
+        --sampled 0.8 --out tests/data/acceptance_traces.json
 
 The prompts are not robustness.py's held-out ones. The target's text is decoded
 one token at a time and the draft's rows in one batch, where the engine
 verifies in batches: at a near-tie the two can differ by batch
 (benchmarks/numerics.py), so a trace may not match a real run token for token.
+
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ PROMPTS = {
 }
 CONTEXT = 64
 REPS = 15
+SAMPLED_SEED = 18
 
 
 def trace(target, draft, prompt: str, n: int) -> str:
@@ -60,6 +74,34 @@ def trace(target, draft, prompt: str, n: int) -> str:
     return "".join("1" if int(np.argmax(rows[j])) == text[j] else "0" for j in range(len(text)))
 
 
+def sampled_trace(target, draft, prompt: str, n: int, temperature: float, rng: np.random.Generator) -> list[float]:
+    """Per generated position of a sampled text: the chance a draft token is accepted there."""
+    from specllama.sampling import SamplingParams, sparse_probs
+
+    params = SamplingParams(temperature=temperature)
+    toks = target.tokenize(prompt)
+    target.rewind(0)
+    text: list[int] = []
+    targets = []
+    row = target.eval(toks, n_logits=1)[0]
+    for _ in range(n):
+        p = sparse_probs(row, params)
+        tok = p.sample(float(rng.random()))
+        if target.is_eog(tok):
+            break
+        text.append(tok)
+        targets.append(p)
+        row = target.eval([tok], n_logits=1)[0]
+    draft.rewind(0)
+    rows = draft.eval((toks + text)[:-1], n_logits=len(text)) if text else []
+    chances = []
+    for p, q_row in zip(targets, rows):
+        q = sparse_probs(q_row, params)
+        common, ip, iq = np.intersect1d(p.ids, q.ids, assume_unique=True, return_indices=True)
+        chances.append(round(float(np.minimum(p.probs[ip], q.probs[iq]).sum()), 4))
+    return chances
+
+
 def costs(target, draft) -> dict:
     base = target.tokenize("hello " * CONTEXT)[:CONTEXT]
     target.rewind(0)
@@ -68,6 +110,7 @@ def costs(target, draft) -> dict:
     draft.eval(base, n_logits=1)
     verify: dict[int, list[float]] = {rows: [] for rows in range(1, 10)}
     steps: list[float] = []
+    pairs: list[float] = []
     for _ in range(REPS):
         for rows in verify:
             target.rewind(CONTEXT)
@@ -78,8 +121,12 @@ def costs(target, draft) -> dict:
         t0 = time.perf_counter()
         draft.eval([base[1]], n_logits=1, copy=False)
         steps.append(time.perf_counter() - t0)
+        draft.rewind(CONTEXT)
+        t0 = time.perf_counter()
+        draft.eval([base[1]] * 2, n_logits=1, copy=False)
+        pairs.append(time.perf_counter() - t0)
     return {"verify_seconds": {str(r): statistics.median(ts) for r, ts in verify.items()},
-            "draft_step_seconds": statistics.median(steps)}
+            "draft_step_seconds": statistics.median(steps), "draft_two_token_seconds": statistics.median(pairs)}
 
 
 def main() -> None:
@@ -87,6 +134,7 @@ def main() -> None:
     ap.add_argument("--pairs", default="demo,demo-chat")
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sampled", type=float, metavar="T", help="also record sampled traces at this temperature")
     args = ap.parse_args()
     os.environ.setdefault("SPECLLAMA_COST_CACHE", "0")
     from specllama import SpeculativeLlama
@@ -99,8 +147,17 @@ def main() -> None:
             for name, prompt in PROMPTS.items():
                 traces[name] = trace(target, draft, prompt, args.n)
                 log(f"{pair} {name}: {len(traces[name])} tokens, draft agrees at {traces[name].count('1')}")
-            out["pairs"][pair] = {"traces": traces, **costs(target, draft)}
-            log(f"{pair} costs: {out['pairs'][pair]}")
+            costs_of = costs(target, draft)
+            out["pairs"][pair] = {"traces": traces, **costs_of}
+            if args.sampled is not None:
+                rng = np.random.default_rng(SAMPLED_SEED)
+                sampled = {}
+                for name, prompt in PROMPTS.items():
+                    sampled[name] = sampled_trace(target, draft, prompt, args.n, args.sampled, rng)
+                    log(f"{pair} {name} at {args.sampled:g}: {len(sampled[name])} tokens, mean acceptance "
+                        f"{statistics.mean(sampled[name]):.3f}")
+                out["pairs"][pair]["sampled"] = {"temperature": args.sampled, "traces": sampled}
+            log(f"{pair} costs: {costs_of}")
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
         f.write("\n")

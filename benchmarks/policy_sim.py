@@ -79,10 +79,11 @@ def main() -> None:
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.4f}")
     print(f"mean of the {len(ratios)} Bernoulli cases: {np.mean(list(ratios.values())):.4f}")
-    ours, control = sim.trace_ratios()
-    print(f"real traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th percentile "
-          f"{np.percentile(ours, 10):.4f}, mean {np.mean(ours):.4f}; A/A control median "
-          f"{np.median(control):.4f}, 10th percentile {np.percentile(control, 10):.4f}")
+    for kind in sim.TRACE_KINDS:
+        ours, control = sim.trace_ratios(kind)
+        print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "
+              f"percentile {np.percentile(ours, 10):.4f}, mean {np.mean(ours):.4f}; A/A control median "
+              f"{np.median(control):.4f}, 10th percentile {np.percentile(control, 10):.4f}")
 
 
 if __name__ == "__main__":

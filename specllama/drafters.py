@@ -7,6 +7,7 @@ The engine verifies whatever it proposes with the same exact rule.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -33,11 +34,15 @@ class Drafter(Protocol):
 
 class ModelDrafter:
     """Draft autoregressively with a smaller model that keeps its own KV cache
-    (it only ever evaluates tokens its cache lacks)."""
+    (it only ever evaluates tokens its cache lacks). ``first_step_seconds``:
+    the last proposal's first step, timed (it evaluates what the cache lacks,
+    two tokens after a pass that kept all its drafts: the draft-length policy
+    counts it apart)."""
 
     def __init__(self, model) -> None:
         self.model = model
         self.n_ctx = model.n_ctx
+        self.first_step_seconds: float | None = None
 
     def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None:
         if len(tokens) <= self.n_ctx:  # a prompt the draft cannot hold: it will not draft
@@ -49,6 +54,8 @@ class ModelDrafter:
         dists: list[SparseProbs] = []
         # tokens the cache lacks (a draft that fell behind: the engine catches it up and times that
         # before proposing) are evaluated with the first step
+        self.first_step_seconds = None
+        t0 = time.perf_counter()
         for _ in range(k):
             have = len(draft.tokens)
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
@@ -60,6 +67,8 @@ class ModelDrafter:
             x = q.sample(rng.random())
             tokens.append(x)
             dists.append(q)
+            if self.first_step_seconds is None:
+                self.first_step_seconds = time.perf_counter() - t0
             if draft.is_eog(x):
                 break  # nothing is drafted past an end of generation
         return tokens, dists

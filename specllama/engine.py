@@ -390,7 +390,8 @@ class SpeculativeEngine:
                 self.policy.observe_verify(n_rows, t2 - t1, reopen=False)
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
-                self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1)
+                self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1,
+                                    first_step=getattr(drafter, "first_step_seconds", None))
 
             emitted: list[int] = []
             finish = eog = None

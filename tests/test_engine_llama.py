@@ -73,7 +73,7 @@ class CheapDraftPolicy(DraftLengthPolicy):
         self.choices.append((cap, k))
         return k
 
-    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds) -> None:
+    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None) -> None:
         super().observe(n_drafted, n_accepted, n_drafted * verify_seconds / 10, verify_seconds)
 
     def ks_at_full_cap(self) -> set[int]:
@@ -94,7 +94,7 @@ class PastDependentPolicy:
     def choose(self, cap: int, *, minimum: int = 0) -> int:
         return min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0
 
-    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds) -> None:
+    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None) -> None:
         self.last_accepted = n_accepted if n_drafted else 2
 
 
