@@ -17,7 +17,9 @@ draft looked 5-8% dearer to a policy sitting at a short one.)
 Robust for a first-time user and in a long-lived process:
 
 - Acceptance: a pooled rate over all positions, which each position's own
-  (decayed) record refines only as its evidence grows (``LEAN_WEIGHT``);
+  (decayed) record refines only as its evidence grows (``LEAN_WEIGHT``),
+  starting from the warm-up's check of a short greedy draft
+  (``WARM_UP_AGREEMENT_WEIGHT``; the constant ``PRIOR_ACCEPT`` without it);
   near-ties go to the longer draft (``TIE``). Giving drafting up uses an
   upper confidence bound of each rate, so a position tried rarely (or never)
   is assumed as good as it may plausibly be, and a few early rejections do
@@ -61,6 +63,12 @@ PAY_MARGIN = 0.10  # drafting that would gain less than this at perfect acceptan
 # fresh process spent tens of passes climbing from k = 1 to the best k (issue 18).
 PRIOR_ACCEPT = 0.85
 PRIOR_WEIGHT = 4.0
+# The warm-up at load has the draft write a short text and the target check it in one batch
+# (engine.py); the share of its tokens the target agrees with replaces PRIOR_ACCEPT, as if
+# that many positions counted this much each. A fresh process then starts near the pair's
+# own rate, not at k = 2-3 for the passes the constant prior takes to be outweighed (the
+# worst replays of short texts in tests/test_policy_sim.py).
+WARM_UP_AGREEMENT_WEIGHT = 2.0
 # A position's estimate leans on the one before it (position 0: on the pooled rate) with
 # this weight: its own record departs from that only once it outweighs 16 passes. Real
 # rejections fall at hard tokens of the text, at whatever position they land, so one
@@ -172,6 +180,7 @@ class DraftLengthPolicy:
     catch_up_tokens: int = 0
     behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
     gave_up: bool = False  # drafting was given up on the acceptance seen (resuming then asks for more)
+    prior_accept: float = PRIOR_ACCEPT  # acceptance assumed before any is observed (the warm-up's, once measured)
     # the costs cannot_pay judges by: (draft step, rows -> seconds), kept until
     # other costs than one row's are timed
     _verdict: tuple[float, dict[int, float]] | None = None
@@ -208,7 +217,7 @@ class DraftLengthPolicy:
     def pooled(self) -> float:
         """Acceptance over all positions observed (the prior before any)."""
         tried = sum(self.tried)
-        return (sum(self.accepted) + PRIOR_ACCEPT * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+        return (sum(self.accepted) + self.prior_accept * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
 
     def acceptance(self, i: int) -> float:
         """Estimated P(accept position i | positions before it accepted)."""
@@ -502,8 +511,17 @@ class DraftLengthPolicy:
         self.catch_up_seconds += seconds
         self.catch_up_tokens += n_tokens
 
-    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
-        """Timings taken at load: draft steps, and rows -> passes."""
+    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]],
+                        agreement: tuple[int, int] | None = None) -> None:
+        """Timings taken at load: draft steps, and rows -> passes; and
+        ``agreement``, (agreed, n): of n tokens the draft wrote greedily, how
+        many the target's greedy choice agreed with (the prior's rate, each of
+        them weighing ``WARM_UP_AGREEMENT_WEIGHT`` of a position with the
+        constant prior's ``PRIOR_WEIGHT``)."""
+        if agreement is not None and agreement[1] > 0:
+            agreed, n = agreement
+            w = WARM_UP_AGREEMENT_WEIGHT
+            self.prior_accept = (w * agreed + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * n + PRIOR_WEIGHT)
         self.draft_steps.extend(t for t in draft_steps if t > 0)
         self._verdict = None
         for rows, ts in verify.items():

@@ -42,6 +42,13 @@ from .vocab import check_compatible
 log = logging.getLogger("specllama")
 PREFILL_PIECE = 256  # tokens per piece of a prompt loaded without generating (a warm-up can stop between them)
 WARM_UP_CONTEXT = 32  # tokens in the cache while the warm-up times passes (a short prompt's worth)
+# The warm-up's acceptance check: the draft continues this greedily, and the target checks the
+# WARM_UP_DRAFTED tokens after the first WARM_UP_SKIPPED in one batch (the policy's prior
+# acceptance, :func:`_draft_agreement`). The first words after a prompt are where a pair agrees
+# least (the answer's opening), and a generation's acceptance is mostly that of its body.
+WARM_UP_PROMPT = "The history of the printing press"
+WARM_UP_SKIPPED = 4
+WARM_UP_DRAFTED = 16
 
 
 class Model(Protocol):
@@ -145,8 +152,10 @@ class SpeculativeEngine:
         """Run both models' first, slow passes now, not in the user's first
         generation, and give the policy the median of ``WARM_UP_TIMINGS``
         timings each of a 1-row and a (cap+1)-row target pass and of a draft
-        step, with ``WARM_UP_CONTEXT`` tokens in the cache. If even perfect
-        acceptance cannot pay on these costs, say so once (the log)."""
+        step, with ``WARM_UP_CONTEXT`` tokens in the cache, and the share of a
+        short greedy draft that the target agrees with (:func:`_draft_agreement`;
+        not measured where even perfect acceptance cannot pay on these costs,
+        which is then said once in the log)."""
         verify = self.target.warm_up((1, cap + 1)) if hasattr(self.target, "warm_up") else {}  # cold passes
         if self.draft is not None and hasattr(self.draft, "warm_up"):
             self.draft.warm_up((1,))
@@ -156,6 +165,10 @@ class SpeculativeEngine:
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
             observe(steps, timings)
+            if steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
+                agreement = _draft_agreement(self.target, self.draft)
+                if agreement is not None:
+                    observe([], {}, agreement=agreement)
         else:
             self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
                               "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
@@ -413,6 +426,38 @@ class SpeculativeEngine:
                        len(forced), len(draft_tokens) if looked_up else 0)
             if finish is not None:
                 return
+
+
+def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WARM_UP_SKIPPED
+                     ) -> tuple[int, int] | None:
+    """(agreed, checked): the draft continues ``WARM_UP_PROMPT`` greedily for
+    up to ``skipped + n`` tokens, the target evaluates them in one batch, and
+    ``agreed`` of the ``checked`` after the first ``skipped`` are the target's
+    greedy choice too. Both caches are left empty; None where the prompt and
+    the draft do not fit, or the draft ends before ``skipped`` tokens."""
+    prompt = target.tokenize(WARM_UP_PROMPT)
+    n += skipped
+    if len(prompt) + n > min(target.n_ctx, draft.n_ctx, target.n_batch, draft.n_batch):
+        return None
+    drafted: list[int] = []
+    try:
+        draft.rewind(0)
+        row = draft.eval(prompt, n_logits=1, copy=False)[0]
+        for _ in range(n):
+            token = int(np.argmax(row[: target.n_vocab]))
+            if draft.is_eog(token):
+                break
+            drafted.append(token)
+            row = draft.eval([token], n_logits=1, copy=False)[0]
+        if len(drafted) <= skipped:
+            return None
+        target.rewind(0)
+        rows = target.eval(prompt + drafted[:-1], n_logits=len(drafted), copy=False)  # row j: after drafted[:j]
+        checked = range(skipped, len(drafted))
+        return sum(int(np.argmax(rows[j])) == drafted[j] for j in checked), len(checked)
+    finally:
+        draft.rewind(0)
+        target.rewind(0)
 
 
 def _time_passes(model, rows) -> dict[int, list[float]]:

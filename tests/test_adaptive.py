@@ -16,6 +16,7 @@ from specllama.adaptive import (
     START_K,
     TIE,
     TRUSTED,
+    WARM_UP_AGREEMENT_WEIGHT,
     DraftLengthPolicy,
     expected_tokens,
 )
@@ -64,6 +65,46 @@ def test_verify_cost_is_the_measured_line():
 def test_choice_maximises_expected_tokens_per_second(accept, draft_s, verify_one, slope, expected):
     assert best_k(accept, draft_s, verify_one, slope, 8) == expected
     assert policy_with(accept, draft_s, verify_one, slope).choose(8) == expected
+
+
+def test_a_pass_first_draft_step_is_counted_apart():
+    """After a pass that kept all its drafts, a pass's first draft step evaluates
+    two tokens (the last draft and the bonus token): here 20 ms, the others
+    12 ms. Drafting 3 per pass, the policy prices 8 drafts at 20 + 7 x 12 =
+    104 ms; counting every step alike it priced them at 8 x 44 / 3 = 117 ms,
+    13% dear, and a policy at a short draft stayed there. The first step's
+    cost is carried between processes with the others."""
+    p = DraftLengthPolicy()
+    for _ in range(10):
+        p.observe(3, 3, 0.020 + 2 * 0.012, 0.05, first_step=0.020)
+    assert [p.draft_cost(k) for k in (0, 1, 8)] == pytest.approx([0.0, 0.020, 0.020 + 7 * 0.012])
+    alike = DraftLengthPolicy()
+    for _ in range(10):
+        alike.observe(3, 3, 0.044, 0.05)  # the first step not timed apart
+    assert alike.draft_cost(8) == pytest.approx(8 * 0.044 / 3)
+    later = DraftLengthPolicy()
+    later.seed(p.snapshot())
+    assert [later.draft_cost(k) for k in (1, 8)] == pytest.approx([0.020, 0.020 + 7 * 0.012])
+
+
+def test_the_warm_up_agreement_replaces_the_prior():
+    """16 of 16 tokens of the warm-up's greedy draft agreed: the prior acceptance
+    is (2 x 16 + 0.85 x 4) / (2 x 16 + 4) = 0.983, and a fresh policy on the
+    demo's costs starts at the cap instead of k = 2; 8 of 16: 0.539, and it
+    starts at k = 1 (drafting is given up only once passes bear the low rate out)."""
+    def fresh(agreement):
+        p = policy_with(0.0, 0.016, 0.043, 0.043 * 1.7 / 8)
+        p.tried, p.accepted = [], []  # costs measured, no acceptance seen yet
+        if agreement:
+            p.observe_warm_up([], {}, agreement=agreement)
+        return p
+
+    w = WARM_UP_AGREEMENT_WEIGHT
+    assert fresh(None).pooled() == PRIOR_ACCEPT and fresh(None).choose(8) == 2
+    assert fresh((16, 16)).pooled() == pytest.approx((w * 16 + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * 16 + PRIOR_WEIGHT))
+    assert fresh((16, 16)).choose(8) == 8
+    assert fresh((8, 16)).pooled() == pytest.approx((w * 8 + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * 16 + PRIOR_WEIGHT))
+    assert fresh((8, 16)).choose(8) == 1
 
 
 def test_a_row_count_timed_once_weighs_its_timing_with_its_neighbours_estimate():

@@ -9,6 +9,7 @@ are compared with the best fixed draft length's on the same machine."""
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,24 @@ import numpy as np
 import pytest
 
 from specllama.adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy, cannot_pay
+from specllama.engine import WARM_UP_DRAFTED
 
 CAP = DEFAULT_DRAFT_MAX
+# whether the policy takes a pass's first draft step apart (benchmarks/policy_sim.py --policy-from
+# runs older policies, which did not)
+FIRST_STEP_TIMED = "first_step" in inspect.signature(DraftLengthPolicy.observe).parameters
+# ... and whether it takes the warm-up's acceptance check (the engine's: the draft writes
+# WARM_UP_DRAFTED tokens greedily, the target checks them)
+AGREEMENT_CHECKED = "agreement" in inspect.signature(DraftLengthPolicy.observe_warm_up).parameters
 NOISE = 0.2  # every timing is its mean times U(1 - NOISE, 1 + NOISE)
 TOKENS = 256  # per call, as benchmarks/robustness.py runs
 PROMPT = 32  # prompt tokens the draft must evaluate before it drafts
 # fresh processes per scenario (with 36, a ratio moved by about 0.01 with the seed, the margin
 # the goal is judged by)
 RUNS = 108
-LONG_LIVED = 12  # long-lived processes per scenario
+# long-lived processes per scenario (with 12, a ratio moved by about 0.005 with the seed:
+# benchmarks/policy_sim.py --seeds 8 --processes 12)
+LONG_LIVED = 36
 # Where the policy still falls short of issue 18's goals on this simulator (the
 # measured ratio in the reason); strict, so a fix that reaches the goal shows.
 SHORT = "issue 18 goal not reached yet:"
@@ -72,7 +82,9 @@ class Run:
     """One process: a policy warmed up on the machine, then calls."""
 
     def __init__(self, machine: Machine, rng: np.random.Generator, policy: DraftLengthPolicy | None = None,
-                 fixed: int | None = None, noise: float = NOISE) -> None:
+                 fixed: int | None = None, noise: float = NOISE, agree: float | None = None) -> None:
+        """``agree``: the chance that the target agrees with a token of the
+        warm-up's greedy draft (None: the policy is not told)."""
         self.m, self.rng, self.fixed, self.noise = machine, rng, fixed, noise
         self.policy = policy or DraftLengthPolicy()
         self.lag = 0  # tokens the draft model has not evaluated
@@ -83,6 +95,10 @@ class Run:
             self.policy.observe_warm_up(
                 [self.time(machine.draft_step) for _ in range(WARM_UP_TIMINGS)],
                 {rows: [self.time(machine.verify(rows)) for _ in range(WARM_UP_TIMINGS)] for rows in (1, CAP + 1)})
+            # the engine checks a short greedy draft where drafting may pay
+            if agree is not None and AGREEMENT_CHECKED and not self.policy.cannot_pay(CAP):
+                self.policy.observe_warm_up([], {}, agreement=(int(rng.binomial(WARM_UP_DRAFTED, agree)),
+                                                               WARM_UP_DRAFTED))
 
     def time(self, mean: float) -> float:
         return mean * self.scale * self.rng.uniform(1 - self.noise, 1 + self.noise)
@@ -154,7 +170,7 @@ class Run:
             first = self.time(m.draft_two_tokens if self.kept_all else m.draft_step)
             draft = first + sum(self.time(m.draft_step) for _ in range(k - 1))
             verify = self.time(m.verify(k + 1))
-            p.observe(k, n_accepted, draft, verify, first_step=first)
+            p.observe(k, n_accepted, draft, verify, **({"first_step": first} if FIRST_STEP_TIMED else {}))
             self.kept_all = n_accepted == k
             seconds += draft + verify
             tokens += n_accepted + 1
@@ -169,6 +185,11 @@ def constant(rate):
 
 # positions further into the draft kept less often: 0.95 at the first, 0.67 at the eighth
 FALLING = tuple(round(0.95 - 0.04 * i, 2) for i in range(CAP))
+
+
+def mean_rate(accept) -> float:
+    """A case's acceptance per token (the mean of a tuple by position)."""
+    return float(np.mean(accept))
 
 
 def tps(results: list[tuple[int, float]]) -> float:
@@ -206,10 +227,10 @@ def test_the_machines_are_the_measured_ones():
 FRESH_RATES = (0.5, 0.8, 0.95, 0.98, FALLING)
 LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, first passes all rejected)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
-    0.5: "0.953 of target-only (it drafts in a third of the passes: k = 1 is only 5% slower there, and the costs' "
-         "noise hides that)",
-    FALLING: "0.966 (the best fixed k is 2, and k = 3 is within 1% of it)",
-    (0.95, 0): "0.9694 of the best fixed k",
+    0.5: "0.966 of target-only (k = 1 is only 5% slower there, and the costs' noise hides that)",
+    FALLING: "0.970 (0.9695; the best fixed k is 2, and k = 3 is within 1% of it)",
+    (0.95, 0): "0.969 of the best fixed k (0.974 without the warm-up's acceptance check; over 8 seeds of 12 "
+               "processes the two differ by 0.003 +- 0.002)",
 }
 
 
@@ -238,7 +259,7 @@ def fresh_ratio(accept) -> tuple[float, int]:
     """``RUNS`` fresh processes' tokens per second over the best fixed k's, and that k."""
     k_best, best = best_fixed(DEMO, accept, seed=1)
     rng = np.random.default_rng(2)
-    return tps([Run(DEMO, rng).call(constant(accept)) for _ in range(RUNS)]) / best, k_best
+    return tps([Run(DEMO, rng, agree=mean_rate(accept)).call(constant(accept)) for _ in range(RUNS)]) / best, k_best
 
 
 @pytest.mark.parametrize("accept", [0.5, 0.8, 0.95])
@@ -249,11 +270,11 @@ def test_where_drafting_cannot_pay_it_decodes_target_only(accept):
     k_best, best = best_fixed(CODER, accept, seed=3)
     assert k_best == 0
     rng = np.random.default_rng(4)
-    runs = [Run(CODER, rng) for _ in range(RUNS)]
+    runs = [Run(CODER, rng, agree=accept) for _ in range(RUNS)]
     ours = tps([r.call(constant(accept)) for r in runs])
     assert sum(r.drafting_passes for r in runs) <= 0.02 * sum(r.passes for r in runs)
     assert ours >= 0.97 * best
-    long_lived = Run(CODER, np.random.default_rng(5))
+    long_lived = Run(CODER, np.random.default_rng(5), agree=accept)
     ours = tps([long_lived.call(constant(accept)) for _ in range(3 * RUNS)])
     assert long_lived.drafting_passes <= 0.02 * long_lived.passes
     assert ours >= 0.97 * best
@@ -266,7 +287,7 @@ def test_a_machine_that_gets_busier_does_not_start_drafting_where_it_cannot_pay(
     the other kinds: <= 2% of passes draft (17% did, 1,049 of 6,186, before
     the verdict was kept until all kinds are timed again)."""
     rng = np.random.default_rng(8)
-    runs = [Run(CODER, rng) for _ in range(RUNS)]
+    runs = [Run(CODER, rng, agree=0.95) for _ in range(RUNS)]
     for run in runs:
         run.scale = 1.3
         run.call(constant(0.95))
@@ -283,14 +304,14 @@ def test_a_long_lived_process_stays_near_the_best_fixed_k(accept, early_rejectio
     assert ratio >= 0.97, ratio
 
 
-def long_lived_ratio(accept: float, early_rejections: int) -> float:
-    """From the third call on, ``LONG_LIVED`` processes' pooled tokens per
+def long_lived_ratio(accept: float, early_rejections: int, seed: int = 7, processes: int = LONG_LIVED) -> float:
+    """From the third call on, ``processes`` processes' pooled tokens per
     second over the best fixed k's."""
     _, best = best_fixed(DEMO, accept, seed=6, calls=10)
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     results = []
-    for _ in range(LONG_LIVED):
-        run = Run(DEMO, rng)
+    for _ in range(processes):
+        run = Run(DEMO, rng, agree=accept)
         results += [run.call(lambda i: 0.0 if i < early_rejections else accept) for _ in range(10)][2:]
     return tps(results) / best
 
@@ -328,11 +349,15 @@ def trace_ratios(kind: str = "greedy") -> tuple[list[float], list[float]]:
     best fixed k's on noiseless timings; and the same for that best fixed k
     run on noisy timings (the A/A control: what the noise alone does). The
     best fixed k is chosen once per trace, from its processes' pooled speed;
-    each ratio is paired (the same agreements)."""
+    each ratio is paired (the same agreements). The warm-up's greedy draft
+    agrees with the target as often as the pair's other greedy traces do."""
     ours, control = [], []
     for pair in TRACES["pairs"].values():
         m = trace_machine(pair)
-        for _, strings in agreements(pair, kind, TRACE_SEEDS):
+        greedy = pair["traces"]
+        for name, strings in agreements(pair, kind, TRACE_SEEDS):
+            others = "".join(t for other, t in greedy.items() if other != name)
+            warm = others.count("1") / len(others)
             def fixed(k: int, agree: str, rng=None) -> float:
                 noise = 0.0 if rng is None else NOISE
                 return tps([Run(m, rng or np.random.default_rng(0), fixed=k, noise=noise).replay(agree)])
@@ -341,14 +366,25 @@ def trace_ratios(kind: str = "greedy") -> tuple[list[float], list[float]]:
                                                      for a in strings]))
             for seed, agree in enumerate(strings):
                 best = fixed(k_best, agree)
-                ours.append(tps([Run(m, np.random.default_rng(seed)).replay(agree)]) / best)
+                ours.append(tps([Run(m, np.random.default_rng(seed), agree=warm).replay(agree)]) / best)
                 control.append(fixed(k_best, agree, np.random.default_rng(100 + seed)) / best)
     return ours, control
 
 
+# the sampled traces' lengths and mean acceptance chances, as recorded
+SAMPLED_SHAPE = {
+    "demo": {"essay": (256, 0.97), "recipe": (198, 0.971), "py": (40, 0.983), "js": (256, 0.98), "qa": (256, 0.978),
+             "letter": (256, 0.977)},
+    "demo-chat": {"essay": (48, 0.979), "recipe": (236, 0.983), "py": (256, 0.98), "js": (256, 0.977),
+                  "qa": (46, 0.962), "letter": (256, 0.977)},
+}
+
+
 def test_the_traces_are_the_recorded_generations():
-    """Lengths and disagreements per trace, as recorded (a re-recording that
-    differs shows here): the demo pairs agree on 97-100% of greedy tokens."""
+    """Lengths and disagreements per greedy trace, lengths and mean acceptance
+    chances per sampled one, as recorded (a re-recording that differs shows
+    here): the demo pairs agree on 97-100% of greedy tokens, and a draft token
+    at temperature 0.8 is accepted with a chance of 0.96-0.98 on average."""
     shape = {pair: {name: (len(t), t.count("0")) for name, t in p["traces"].items()}
              for pair, p in TRACES["pairs"].items()}
     assert shape == {
@@ -357,27 +393,35 @@ def test_the_traces_are_the_recorded_generations():
         "demo-chat": {"essay": (256, 0), "recipe": (256, 0), "py": (256, 3), "js": (256, 2), "qa": (101, 2),
                       "letter": (256, 0)},
     }
+    sampled = {pair: {name: (len(c), round(float(np.mean(c)), 3)) for name, c in p["sampled"]["traces"].items()}
+               for pair, p in TRACES["pairs"].items()}
+    assert SAMPLED_AT == 0.8
+    assert sampled == SAMPLED_SHAPE
 
 
-def test_on_real_generations_the_median_reaches_the_best_fixed_k():
-    """The demo pairs' 12 recorded generations (rejections where the text is
-    hard, in bursts), 8 fresh processes each, on the pairs' measured costs:
-    the median is >= 0.97 of the best fixed k (issue 18's goal). Measured:
-    0.982 (benchmarks/policy_sim.py prints it, and what older constants gave:
-    0.971 before positions leaned on their predecessor with weight 16, near-ties
-    went to the longer draft and a row count timed once was weighed with its
-    estimate; 0.963 with the older prior). The constants were tuned on these
-    traces: the figures are in-sample."""
-    ours, _ = trace_ratios()
+@pytest.mark.parametrize("kind", list(TRACE_KINDS))
+def test_on_real_generations_the_median_reaches_the_best_fixed_k(kind):
+    """The demo pairs' 12 recorded generations of each kind (rejections where
+    the text is hard, in bursts), 8 fresh processes each, on the pairs'
+    measured costs: the median is >= 0.97 of the best fixed k (issue 18's
+    goal). Measured (benchmarks/policy_sim.py prints it, and with
+    --policy-from what older policies gave): greedy 0.985, sampled 0.983.
+    The constants were tuned on the greedy traces: those figures are
+    in-sample; the sampled traces were recorded after them."""
+    ours, _ = trace_ratios(kind)
     assert len(ours) == 12 * TRACE_SEEDS
     assert float(np.median(ours)) >= 0.97
 
 
-@pytest.mark.xfail(strict=True, reason=f"{SHORT} 10th percentile 0.945 against the A/A control's 0.988 - 0.03 "
-                                       "(0.930 with the constants of 250990e; the start at k = 2-3 and a burst of "
-                                       "rejections in a short text cost most)")
-def test_on_real_generations_the_worst_runs_stay_near_the_noise_floor():
+@pytest.mark.parametrize("kind", ["greedy", pytest.param("sampled", marks=pytest.mark.xfail(
+    strict=True, reason=f"{SHORT} 10th percentile 0.943 against the A/A control's 0.983 - 0.03"))])
+def test_on_real_generations_the_worst_runs_stay_near_the_noise_floor(kind):
     """Issue 18's second goal on the same replays: the 10th percentile no
-    lower than the A/A control's (the best fixed k on noisy timings) minus 0.03."""
-    ours, control = trace_ratios()
+    lower than the A/A control's (the best fixed k on noisy timings) minus
+    0.03. Greedy: 0.962 against 0.988 - 0.03 (0.943 before the warm-up's
+    acceptance check, 0.930 at 250990e). The worst replays are of the short
+    texts (40-48 tokens), where a fresh process's first passes weigh most:
+    without the check it started at k = 2-3 until the prior (0.85) was
+    outweighed, two passes of a five-pass generation."""
+    ours, control = trace_ratios(kind)
     assert np.percentile(ours, 10) >= np.percentile(control, 10) - 0.03

@@ -12,10 +12,11 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from specllama.adaptive import DEFAULT_DRAFT_MAX, EXPLORE_EVERY, DraftLengthPolicy
+from specllama.adaptive import DEFAULT_DRAFT_MAX, DRAFT_WINDOW, EXPLORE_EVERY, PRIOR_ACCEPT, DraftLengthPolicy
 from specllama.backend import plain_completion
 from specllama.cost_cache import costs_file
 from specllama.demo import cache_dir
+from specllama.engine import WARM_UP_DRAFTED, _draft_agreement
 from specllama.generate import generate
 from specllama.opener import open_engine
 from specllama.sampling import SamplingParams
@@ -45,6 +46,25 @@ def test_warm_up_times_both_models_and_leaves_the_caches_empty(tiny_pair, cache)
     rates = [policy.rate(k) for k in range(DEFAULT_DRAFT_MAX + 1)]
     best = max(range(1, DEFAULT_DRAFT_MAX + 1), key=rates.__getitem__)
     assert policy.choose(DEFAULT_DRAFT_MAX) == (0 if policy.cannot_pay(DEFAULT_DRAFT_MAX) else best)
+    # the acceptance check replaced the prior, unless even perfect acceptance cannot pay (then it is skipped;
+    # this pair is near that line, so either may happen)
+    assert (policy.prior_accept == PRIOR_ACCEPT) == policy.cannot_pay(DEFAULT_DRAFT_MAX)
+    engine.close()
+
+
+def test_the_warm_up_checks_a_short_greedy_draft(tiny_pair):
+    """The acceptance check at load: the draft continues a fixed prompt
+    greedily and the target checks its tokens after the first 4 in one batch.
+    A draft that is its target agrees at all 16; the tiny pair's perturbed
+    draft at fewer. Both caches are left empty."""
+    target, draft = tiny_pair
+    same = open_engine(target, target, n_ctx=256, warm_up=False)
+    assert _draft_agreement(same.target, same.draft) == (WARM_UP_DRAFTED, WARM_UP_DRAFTED)
+    assert same.target.tokens == [] and same.draft.tokens == []
+    same.close()
+    engine = open_engine(target, draft, n_ctx=256, warm_up=False)
+    agreed, checked = _draft_agreement(engine.target, engine.draft)
+    assert checked == WARM_UP_DRAFTED and agreed < checked
     engine.close()
 
 
@@ -52,6 +72,9 @@ def test_costs_are_remembered_between_processes(tiny_pair, cache, monkeypatch):
     engine = open_engine(*tiny_pair, n_ctx=256, warm_up=False)
     generate(engine, PROMPT, params=GREEDY, draft_max=3, max_tokens=40, adaptive=False)
     measured = dict(engine.policy.verify_seconds)
+    # every drafting pass timed its first draft step apart (the draft model's drafter times it)
+    assert 0 < len(engine.policy.first_steps) == min(engine.policy.drafting_passes, DRAFT_WINDOW)
+    assert min(engine.policy.first_steps) > 0
     key = engine.cost_key
     engine.close()
     saved = json.loads((cache / "costs.json").read_text())
