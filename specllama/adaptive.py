@@ -9,17 +9,21 @@ drafts are (Leviathan et al. 2023, with position-dependent rates)
 
 and the pass costs t_first + (k - 1) * t_draft + t_verify(k + 1 rows). The
 policy picks argmax_k E(k) / cost(k) over minimum..cap; k = 0 is plain
-target-only decoding. (A pass's first draft step is timed apart: after a pass
+target-only decoding. A pass's first draft step is timed apart: after a pass
 that kept all its drafts it evaluates two tokens, the last draft and the bonus
-token, 1.2-1.7x a step on the demo pairs' drafts; counted as k steps, a long
-draft looked 5-8% dearer to a policy sitting at a short one.)
+token (1.2x a step on the demo's draft, 1.7x on demo-chat's). Counted as k
+equal steps, 8 drafts looked 5-13% dearer in draft time (3-8% of the pass) to a
+policy at k = 3. (An approximation: the first step's cost depends on whether
+the previous pass kept all its drafts, so on its k; t_first is the recent
+typical one for every k.)
 
 Robust for a first-time user and in a long-lived process:
 
 - Acceptance: a pooled rate over all positions, which each position's own
   (decayed) record refines only as its evidence grows (``LEAN_WEIGHT``),
-  starting from the warm-up's check of a short greedy draft
-  (``WARM_UP_AGREEMENT_WEIGHT``; the constant ``PRIOR_ACCEPT`` without it);
+  starting from a prior rate set by the warm-up's check of a short greedy
+  draft (``WARM_UP_AGREEMENT_WEIGHT``; the constant ``PRIOR_ACCEPT`` alone
+  without it);
   near-ties go to the longer draft (``TIE``). Giving drafting up uses an
   upper confidence bound of each rate, so a position tried rarely (or never)
   is assumed as good as it may plausibly be, and a few early rejections do
@@ -27,9 +31,9 @@ Robust for a first-time user and in a long-lived process:
   Records fade with every drafting pass, also those of positions not
   reached, so an old verdict on a position is forgotten.
 - Costs: the median of the recent timings of each kind (a draft step; a
-  pass's first draft step; a verify pass of each row count), started from the warm-up at load (the
-  median of >= 3 timings each of a 1-row pass, a (cap+1)-row pass and a
-  draft step). Row counts timed too rarely are estimated from their
+  pass's first draft step; a verify pass of each row count), started from
+  the warm-up at load (the median of >= 3 timings each of a 1-row pass, a
+  (cap+1)-row pass and a draft step). Row counts timed too rarely are estimated from their
   neighbours, optimistically, so they get measured.
 - When the costs are known and even perfect acceptance cannot pay (for every
   k, (k + 1) tokens per k * t_draft + t_verify(k + 1) is slower than one
@@ -64,10 +68,12 @@ PAY_MARGIN = 0.10  # drafting that would gain less than this at perfect acceptan
 PRIOR_ACCEPT = 0.85
 PRIOR_WEIGHT = 4.0
 # The warm-up at load has the draft write a short text and the target check it in one batch
-# (engine.py); the share of its tokens the target agrees with replaces PRIOR_ACCEPT, as if
-# that many positions counted this much each. A fresh process then starts near the pair's
-# own rate, not at k = 2-3 for the passes the constant prior takes to be outweighed (the
-# worst replays of short texts in tests/test_policy_sim.py).
+# (engine.py). The prior rate becomes the mean of the tokens' agreement, each token weighing
+# this much, and PRIOR_ACCEPT weighing PRIOR_WEIGHT: 16 of 16 agreed give 0.983, 8 of 16
+# 0.539. (The prior rate as a whole still weighs PRIOR_WEIGHT positions against those
+# observed.) A fresh process then starts near the pair's own rate, not at k = 2-3 for the
+# passes the constant prior takes to be outweighed (the worst replays of short texts in
+# tests/test_policy_sim.py).
 WARM_UP_AGREEMENT_WEIGHT = 2.0
 # A position's estimate leans on the one before it (position 0: on the pooled rate) with
 # this weight: its own record departs from that only once it outweighs 16 passes. Real
@@ -193,8 +199,11 @@ class DraftLengthPolicy:
 
     @property
     def draft_seconds(self) -> float | None:
-        """One draft step: the typical recent one (:func:`typical`); None before any."""
-        return typical(self.draft_steps) if self.draft_steps else None
+        """One draft step: the typical recent one (:func:`typical`); a pass's
+        first step where no other was timed (passes of one draft); None before any."""
+        if self.draft_steps:
+            return typical(self.draft_steps)
+        return typical(self.first_steps) if self.first_steps else None
 
     @property
     def first_step_seconds(self) -> float | None:
@@ -474,11 +483,12 @@ class DraftLengthPolicy:
                 self.accepted[i] += 1.0 if i < n_accepted else 0.0
             self.drafting_passes += 1
             if first_step is None:
-                self.draft_steps.append(draft_seconds / n_drafted)
-            else:
+                if draft_seconds > 0:
+                    self.draft_steps.append(draft_seconds / n_drafted)
+            elif first_step > 0:
                 self.first_steps.append(first_step)
-                if n_drafted > 1:
-                    self.draft_steps.append(max(draft_seconds - first_step, 0.0) / (n_drafted - 1))
+                if n_drafted > 1 and draft_seconds > first_step:
+                    self.draft_steps.append((draft_seconds - first_step) / (n_drafted - 1))
             self._verdict = None
             self.behind = 0
         else:
@@ -511,17 +521,17 @@ class DraftLengthPolicy:
         self.catch_up_seconds += seconds
         self.catch_up_tokens += n_tokens
 
-    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]],
-                        agreement: tuple[int, int] | None = None) -> None:
-        """Timings taken at load: draft steps, and rows -> passes; and
-        ``agreement``, (agreed, n): of n tokens the draft wrote greedily, how
-        many the target's greedy choice agreed with (the prior's rate, each of
-        them weighing ``WARM_UP_AGREEMENT_WEIGHT`` of a position with the
-        constant prior's ``PRIOR_WEIGHT``)."""
-        if agreement is not None and agreement[1] > 0:
-            agreed, n = agreement
+    def observe_agreement(self, agreed: int, n: int) -> None:
+        """The warm-up's check: of ``n`` tokens the draft wrote greedily,
+        ``agreed`` were the target's greedy choice too. The prior rate becomes
+        their mean, each token weighing ``WARM_UP_AGREEMENT_WEIGHT`` against
+        ``PRIOR_ACCEPT`` weighing ``PRIOR_WEIGHT``."""
+        if n > 0:
             w = WARM_UP_AGREEMENT_WEIGHT
             self.prior_accept = (w * agreed + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * n + PRIOR_WEIGHT)
+
+    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
+        """Timings taken at load: draft steps, and rows -> passes."""
         self.draft_steps.extend(t for t in draft_steps if t > 0)
         self._verdict = None
         for rows, ts in verify.items():

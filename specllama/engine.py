@@ -165,10 +165,11 @@ class SpeculativeEngine:
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
             observe(steps, timings)
-            if steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
-                agreement = _draft_agreement(self.target, self.draft)
-                if agreement is not None:
-                    observe([], {}, agreement=agreement)
+        observe_agreement = getattr(self.policy, "observe_agreement", None)
+        if observe_agreement is not None and steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
+            agreement = _draft_agreement(self.target, self.draft)
+            if agreement is not None:
+                observe_agreement(*agreement)
         else:
             self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
                               "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
@@ -433,21 +434,26 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
     """(agreed, checked): the draft continues ``WARM_UP_PROMPT`` greedily for
     up to ``skipped + n`` tokens, the target evaluates them in one batch, and
     ``agreed`` of the ``checked`` after the first ``skipped`` are the target's
-    greedy choice too. Both caches are left empty; None where the prompt and
-    the draft do not fit, or the draft ends before ``skipped`` tokens."""
-    prompt = target.tokenize(WARM_UP_PROMPT)
-    n += skipped
-    if len(prompt) + n > min(target.n_ctx, draft.n_ctx, target.n_batch, draft.n_batch):
+    greedy choice too. Both caches are left empty; None where the models
+    cannot run it (no tokenizer, a prompt and draft that do not fit, an error)
+    or the draft ends within its first ``skipped`` + 1 tokens."""
+    if not hasattr(target, "tokenize"):
         return None
+    total = n + skipped
     drafted: list[int] = []
     try:
+        prompt = target.tokenize(WARM_UP_PROMPT)
+        if len(prompt) + total > min(target.n_ctx, draft.n_ctx, target.n_batch, draft.n_batch):
+            return None
         draft.rewind(0)
         row = draft.eval(prompt, n_logits=1, copy=False)[0]
-        for _ in range(n):
+        while True:
             token = int(np.argmax(row[: target.n_vocab]))
             if draft.is_eog(token):
                 break
             drafted.append(token)
+            if len(drafted) == total:
+                break
             row = draft.eval([token], n_logits=1, copy=False)[0]
         if len(drafted) <= skipped:
             return None
@@ -455,6 +461,8 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
         rows = target.eval(prompt + drafted[:-1], n_logits=len(drafted), copy=False)  # row j: after drafted[:j]
         checked = range(skipped, len(drafted))
         return sum(int(np.argmax(rows[j])) == drafted[j] for j in checked), len(checked)
+    except (SpecLlamaError, ValueError):
+        return None  # a check that cannot run leaves the constant prior, not a failed load
     finally:
         draft.rewind(0)
         target.rewind(0)

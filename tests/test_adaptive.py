@@ -87,6 +87,23 @@ def test_a_pass_first_draft_step_is_counted_apart():
     assert [later.draft_cost(k) for k in (1, 8)] == pytest.approx([0.020, 0.020 + 7 * 0.012])
 
 
+def test_passes_of_one_draft_time_the_draft_step():
+    """Passes of one draft time only a first step, which then stands for a
+    step (no warm-up, --draft-max 1): with draft steps at 5x a target pass and
+    every draft rejected, drafting is given up after its eight passes of
+    evidence and tried again only as a rare probe."""
+    p = DraftLengthPolicy()
+    ks = []
+    for _ in range(40):
+        ks.append(p.choose(1))
+        if ks[-1]:
+            p.observe(1, 0, 0.050, 0.012, first_step=0.050)
+        else:
+            p.observe(0, 0, 0.0, 0.010)
+    assert p.draft_seconds == pytest.approx(0.050) and p.draft_cost(1) == pytest.approx(0.050)
+    assert ks[:8] == [1] * 8 and ks[-20:].count(1) <= 1
+
+
 def test_the_warm_up_agreement_replaces_the_prior():
     """16 of 16 tokens of the warm-up's greedy draft agreed: the prior acceptance
     is (2 x 16 + 0.85 x 4) / (2 x 16 + 4) = 0.983, and a fresh policy on the
@@ -96,7 +113,7 @@ def test_the_warm_up_agreement_replaces_the_prior():
         p = policy_with(0.0, 0.016, 0.043, 0.043 * 1.7 / 8)
         p.tried, p.accepted = [], []  # costs measured, no acceptance seen yet
         if agreement:
-            p.observe_warm_up([], {}, agreement=agreement)
+            p.observe_agreement(*agreement)
         return p
 
     w = WARM_UP_AGREEMENT_WEIGHT

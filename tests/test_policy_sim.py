@@ -26,7 +26,7 @@ CAP = DEFAULT_DRAFT_MAX
 FIRST_STEP_TIMED = "first_step" in inspect.signature(DraftLengthPolicy.observe).parameters
 # ... and whether it takes the warm-up's acceptance check (the engine's: the draft writes
 # WARM_UP_DRAFTED tokens greedily, the target checks them)
-AGREEMENT_CHECKED = "agreement" in inspect.signature(DraftLengthPolicy.observe_warm_up).parameters
+AGREEMENT_CHECKED = hasattr(DraftLengthPolicy, "observe_agreement")
 NOISE = 0.2  # every timing is its mean times U(1 - NOISE, 1 + NOISE)
 TOKENS = 256  # per call, as benchmarks/robustness.py runs
 PROMPT = 32  # prompt tokens the draft must evaluate before it drafts
@@ -97,8 +97,7 @@ class Run:
                 {rows: [self.time(machine.verify(rows)) for _ in range(WARM_UP_TIMINGS)] for rows in (1, CAP + 1)})
             # the engine checks a short greedy draft where drafting may pay
             if agree is not None and AGREEMENT_CHECKED and not self.policy.cannot_pay(CAP):
-                self.policy.observe_warm_up([], {}, agreement=(int(rng.binomial(WARM_UP_DRAFTED, agree)),
-                                                               WARM_UP_DRAFTED))
+                self.policy.observe_agreement(int(rng.binomial(WARM_UP_DRAFTED, agree)), WARM_UP_DRAFTED)
 
     def time(self, mean: float) -> float:
         return mean * self.scale * self.rng.uniform(1 - self.noise, 1 + self.noise)
