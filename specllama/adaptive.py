@@ -212,9 +212,10 @@ class DraftLengthPolicy:
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the k draft steps of one pass (0 for none)."""
-        if k <= 0 or self.draft_seconds is None:
+        step = self.draft_seconds
+        if k <= 0 or step is None:
             return 0.0
-        return self.first_step_seconds + (k - 1) * self.draft_seconds
+        return self.first_step_seconds + (k - 1) * step
 
     @property
     def verify_seconds(self) -> dict[int, float]:
@@ -317,11 +318,11 @@ class DraftLengthPolicy:
 
     def rate(self, k: int) -> float:
         """Expected tokens per second with k drafts."""
-        return self._rate(k, self.acceptances(k))
+        return expected_tokens(self.acceptances(k), k) / self.pass_cost(k)
 
-    def _rate(self, k: int, accept: list[float]) -> float:
-        cost = self.draft_cost(k) + self.verify_cost(k + 1)
-        return expected_tokens(accept, k) / cost
+    def pass_cost(self, k: int) -> float:
+        """Seconds for a pass with k drafts: its draft steps and its target pass."""
+        return self.draft_cost(k) + self.verify_cost(k + 1)
 
     def costs_known(self) -> bool:
         """Whether the costs rest on enough timings to give drafting up on
@@ -375,12 +376,13 @@ class DraftLengthPolicy:
         estimates (a few early rejections do not end drafting)."""
         # a position's estimate depends only on those before it: the cap's list serves every k
         accept = self.optimistic_acceptances(cap, OPTIMISM)
-        rates = [self._rate(k, accept) for k in range(cap + 1)]
+        costs = [self.pass_cost(k) for k in range(cap + 1)]  # once per choice, for both sets of estimates
+        rates = [expected_tokens(accept, k) / costs[k] for k in range(cap + 1)]
         if max(rates[1:]) > rates[0]:
             return rates, True
         z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
         optimistic = self.optimistic_acceptances(cap, z)
-        return rates, max(self._rate(k, optimistic) for k in range(1, cap + 1)) > rates[0]
+        return rates, max(expected_tokens(optimistic, k) / costs[k] for k in range(1, cap + 1)) > rates[0]
 
     def _sure(self, cap: int) -> bool:
         """Enough evidence to give drafting up on the rates alone."""

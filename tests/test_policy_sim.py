@@ -357,16 +357,16 @@ def trace_ratios(kind: str = "greedy") -> tuple[list[float], list[float]]:
         for name, strings in agreements(pair, kind, TRACE_SEEDS):
             others = "".join(t for other, t in greedy.items() if other != name)
             warm = others.count("1") / len(others)
-            def fixed(k: int, agree: str, rng=None) -> float:
+            def fixed(k: int, agree: str, rng=None) -> tuple[int, float]:
+                """A fixed k's replay, on noiseless timings unless ``rng`` is given."""
                 noise = 0.0 if rng is None else NOISE
-                return tps([Run(m, rng or np.random.default_rng(0), fixed=k, noise=noise).replay(agree)])
+                return Run(m, rng or np.random.default_rng(0), fixed=k, noise=noise).replay(agree)
 
-            k_best, _ = best_of_fixed(lambda k: tps([Run(m, np.random.default_rng(0), fixed=k, noise=0.0).replay(a)
-                                                     for a in strings]))
+            k_best, _ = best_of_fixed(lambda k: tps([fixed(k, a) for a in strings]))
             for seed, agree in enumerate(strings):
-                best = fixed(k_best, agree)
+                best = tps([fixed(k_best, agree)])
                 ours.append(tps([Run(m, np.random.default_rng(seed), agree=warm).replay(agree)]) / best)
-                control.append(fixed(k_best, agree, np.random.default_rng(100 + seed)) / best)
+                control.append(tps([fixed(k_best, agree, np.random.default_rng(100 + seed))]) / best)
     return ours, control
 
 
