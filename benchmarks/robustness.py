@@ -26,6 +26,7 @@ the third call on.
     python benchmarks/robustness.py --rounds 5 --pairs demo -n 128
     python benchmarks/robustness.py --long-lived --rounds 3
     python benchmarks/robustness.py --save run.json ...   # then, even if stopped: --report run.json
+    python benchmarks/robustness.py --report a.json b.json   # the rounds of both runs pooled
 """
 
 from __future__ import annotations
@@ -135,12 +136,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
-    ap.add_argument("--report", metavar="FILE", help="print the summary of a --save file (a run stopped early "
-                    "included) and measure nothing")
+    ap.add_argument("--report", metavar="FILE", nargs="+", help="print the summary of --save files (runs stopped "
+                    "early included; the rounds of several files pooled) and measure nothing")
     args = ap.parse_args()
     if args.report:
-        saved = json.loads(Path(args.report).read_text())
-        report(saved["values"], saved["loads"], saved["args"], args.json)
+        report(*pooled([json.loads(Path(f).read_text()) for f in args.report]), args.json)
         return
     pairs = args.pairs.split(",")
     temps = [float(t) for t in args.temps.split(",")]
@@ -180,6 +180,28 @@ def main() -> None:
                             "loads": [[p, t, v] for (p, t), v in loads.items()]}))
     report([[p, t, v] for (p, t), v in values.items()], [[p, t, v] for (p, t), v in loads.items()], vars(args),
            args.json)
+
+
+def pooled(saved: list[dict]) -> tuple[list, list, dict]:
+    """The rounds of several --save files as one run's (values, loads, args):
+    each pair and temperature's rounds, file after file. Runs of another
+    length or mode do not pool."""
+    keys = ("n", "long_lived", "calls")
+    first = saved[0]["args"]
+    for other in saved[1:]:
+        differ = [f"{key} {first[key]} vs {other['args'][key]}" for key in keys if other["args"][key] != first[key]]
+        if differ:
+            raise SystemExit(f"--report: files of different runs ({', '.join(differ)}) do not pool")
+    out = []
+    for part in ("values", "loads"):
+        cells: dict[tuple[str, float], dict[str, list[float]]] = {}
+        for data in saved:
+            for pair, temp, cell in data[part]:
+                into = cells.setdefault((pair, temp), {c: [] for c in cell})
+                for c, xs in cell.items():
+                    into.setdefault(c, []).extend(xs)
+        out.append([[p, t, v] for (p, t), v in cells.items()])
+    return out[0], out[1], first
 
 
 def report(values_list: list, loads_list: list, args: dict, as_json: bool) -> None:

@@ -36,8 +36,8 @@ Robust for a first-time user and in a long-lived process:
   (cap+1)-row pass and a draft step). Row counts timed too rarely are estimated from their
   neighbours, optimistically, so they get measured.
 - When the costs are known and even perfect acceptance cannot pay (for every
-  k, (k + 1) tokens per k * t_draft + t_verify(k + 1) is slower than one
-  token per t_verify(1)), the policy decodes target-only from the first pass
+  k, (k + 1) tokens per t_first + (k - 1) * t_draft + t_verify(k + 1) is
+  slower than one token per t_verify(1)), the policy decodes target-only from the first pass
   (:meth:`DraftLengthPolicy.cannot_pay`, which the engine announces once) and
   re-measures the costs now and then with a padded target-only pass
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
@@ -126,32 +126,48 @@ def expected_tokens(accept: list[float], k: int) -> float:
     return total
 
 
-def cannot_pay(draft_seconds: float, verify_cost, cap: int, margin: float = PAY_MARGIN) -> bool:
+def _drafts_cost(k: int, draft_seconds: float, first_seconds: float | None) -> float:
+    """Seconds for k draft steps: the first ``first_seconds`` (None: a step like the others)."""
+    if k <= 0:
+        return 0.0
+    return (draft_seconds if first_seconds is None else first_seconds) + (k - 1) * draft_seconds
+
+
+def cannot_pay(draft_seconds: float, verify_cost, cap: int, margin: float = PAY_MARGIN,
+               first_seconds: float | None = None) -> bool:
     """Whether even perfect acceptance cannot pay: for every k in 1..cap,
-    (k + 1) tokens per k * t_draft + t_verify(k + 1) is at most ``margin``
-    faster than one token per t_verify(1). ``verify_cost`` maps rows to
-    seconds. The margin: a gain that small at perfect acceptance is lost to
-    any real rejection rate, and to the noise of the timings it is judged on."""
+    (k + 1) tokens per t_first + (k - 1) * t_draft + t_verify(k + 1) is at
+    most ``margin`` faster than one token per t_verify(1). ``verify_cost``
+    maps rows to seconds; ``first_seconds`` is a pass's first draft step
+    (None: a step like the others; at perfect acceptance every first step
+    evaluates two tokens). The margin: a gain that small at perfect
+    acceptance is lost to any real rejection rate, and to the noise of the
+    timings it is judged on."""
     one = verify_cost(1)
-    return all((k + 1) * one <= (1 + margin) * (k * draft_seconds + verify_cost(k + 1)) for k in range(1, cap + 1))
+    return all((k + 1) * one <= (1 + margin) * (_drafts_cost(k, draft_seconds, first_seconds) + verify_cost(k + 1))
+               for k in range(1, cap + 1))
 
 
-def cost_verdict(draft_seconds: float, verify_cost, cap: int) -> str:
+def cost_verdict(draft_seconds: float, verify_cost, cap: int, first_seconds: float | None = None) -> str:
     """The costs' verdict in words, with the figures: whether drafting can pay
     at all, and why not when it cannot (draft step vs target step; verify
     cost of k+1 rows vs one row)."""
     one = verify_cost(1)
-    best = max(range(cap + 1), key=lambda k: (k + 1) / (k * draft_seconds + verify_cost(k + 1)))
+
+    def cost(k: int) -> float:
+        return _drafts_cost(k, draft_seconds, first_seconds) + verify_cost(k + 1)
+
+    best = max(range(cap + 1), key=lambda k: (k + 1) / cost(k))
     full = verify_cost(cap + 1)
     figures = (f"draft step {1000 * draft_seconds:.1f} ms vs target step {1000 * one:.1f} ms "
                f"({draft_seconds / one:.2f}x); verify of {cap + 1} rows {1000 * full:.1f} ms vs one row "
                f"{1000 * one:.1f} ms ({full / one:.2f}x)")
-    if cannot_pay(draft_seconds, verify_cost, cap):
+    if cannot_pay(draft_seconds, verify_cost, cap, first_seconds=first_seconds):
         why = ("a draft step costs as much as a target step" if draft_seconds >= one else
                "verifying more rows costs almost as much as decoding them one by one")
         return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted: {why} "
                 f"({figures})")
-    gain = (best + 1) * one / (best * draft_seconds + verify_cost(best + 1))
+    gain = (best + 1) * one / cost(best)
     return (f"drafting can pay on this machine for this pair: up to {gain:.2f}x at k = {best} if every draft "
             f"were accepted ({figures})")
 
@@ -189,7 +205,7 @@ class DraftLengthPolicy:
     prior_accept: float = PRIOR_ACCEPT  # acceptance assumed before any is observed (the warm-up's, once measured)
     # the costs cannot_pay judges by: (draft step, rows -> seconds), kept until
     # other costs than one row's are timed
-    _verdict: tuple[float, dict[int, float]] | None = None
+    _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
     # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
     # the one writer of verify_passes, clears it
@@ -343,15 +359,17 @@ class DraftLengthPolicy:
         if cap <= 0 or not self.costs_known():
             return False
         if self._verdict is None:  # the costs of this moment, kept (see above)
-            self._verdict = (self.draft_seconds, {rows: self.verify_cost(rows) for rows in self.verify_passes})
-        draft, seconds = self._verdict
-        return cannot_pay(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds), cap)
+            self._verdict = (self.draft_seconds, self.first_step_seconds,
+                             {rows: self.verify_cost(rows) for rows in self.verify_passes})
+        draft, first, seconds = self._verdict
+        return cannot_pay(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds), cap,
+                          first_seconds=first)
 
     def verdict(self, cap: int) -> str:
         """The measured costs' verdict in words (:func:`cost_verdict`)."""
         if self.draft_seconds is None or 1 not in self.verify_passes:
             return "drafting not measured yet"
-        return cost_verdict(self.draft_seconds, self.verify_cost, cap)
+        return cost_verdict(self.draft_seconds, self.verify_cost, cap, first_seconds=self.first_step_seconds)
 
     # -- the choice -------------------------------------------------------
 

@@ -18,6 +18,8 @@ from specllama.adaptive import (
     TRUSTED,
     WARM_UP_AGREEMENT_WEIGHT,
     DraftLengthPolicy,
+    cannot_pay,
+    cost_verdict,
     expected_tokens,
 )
 
@@ -85,6 +87,31 @@ def test_a_pass_first_draft_step_is_counted_apart():
     later = DraftLengthPolicy()
     later.seed(p.snapshot())
     assert [later.draft_cost(k) for k in (1, 8)] == pytest.approx([0.020, 0.020 + 7 * 0.012])
+
+
+def test_whether_drafting_can_pay_prices_the_first_draft_step_apart():
+    """At perfect acceptance every pass's first draft step evaluates two
+    tokens. One row 10 ms, each more row 5 ms, a draft step 3 ms and a first
+    step 5 ms: with 2 drafts at most, 3 tokens cost 5 + 3 + 20 = 28 ms against
+    30 ms target-only, a gain under the 10% margin, so drafting cannot pay;
+    priced as 2 equal steps (26 ms, 15% faster) it looked as if it could.
+    With 3 drafts (4 tokens in 36 ms against 40, 11% faster) it can. The
+    policy and `specllama bench`'s verdict judge with the timed first step."""
+    def verify(rows):
+        return 0.010 + 0.005 * (rows - 1)
+
+    assert not cannot_pay(0.003, verify, 2)
+    assert cannot_pay(0.003, verify, 2, first_seconds=0.005)
+    assert not cannot_pay(0.003, verify, 3, first_seconds=0.005)
+    assert cost_verdict(0.003, verify, 2, first_seconds=0.005).startswith("drafting cannot pay")
+    assert cost_verdict(0.003, verify, 3, first_seconds=0.005).startswith("drafting can pay on this machine for "
+                                                                         "this pair: up to 1.11x at k = 3 ")
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.003] * 5, {1: [0.010] * 5, 3: [0.020] * 5})
+    assert not p.cannot_pay(2)  # no first step timed yet: one like the others
+    p.observe(2, 2, 0.008, 0.020, first_step=0.005)
+    assert p.first_step_seconds == pytest.approx(0.005) and p.draft_seconds == pytest.approx(0.003)
+    assert p.cannot_pay(2) and p.verdict(2).startswith("drafting cannot pay")
 
 
 def test_passes_of_one_draft_time_the_draft_step():

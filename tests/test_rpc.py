@@ -444,7 +444,7 @@ def test_serve_through_rpc_answers_as_local_decoding(tiny_pair, own_server, tmp_
 
     from .server_helpers import ServerProcess
 
-    with SpeculativeLlama(*tiny_pair, n_ctx=TINY_CTX, n_threads=1, draft_max=0, policy="openai") as llm:
+    with SpeculativeLlama(*tiny_pair, n_ctx=TINY_CTX, n_threads=1, draft_max=0, convention="openai") as llm:
         local = llm.create_completion(PROMPT, max_tokens=32, temperature=0)["choices"][0]["text"]
     served = ServerProcess([*tiny_cli(tiny_pair, "--rpc", own_server.endpoint, "-ngl", "99")], tmp_path)
     try:
