@@ -12,8 +12,9 @@ policy's methods that the simulator calls must be those of today);
     python benchmarks/policy_sim.py --policy-from 250990e
     python benchmarks/policy_sim.py --set TIE=0.02
 
-``--seeds N`` also prints each long-lived case over N seeds (``--processes``
-long-lived processes each): how far a figure moves with the seed alone.
+``--seeds N`` also prints each Bernoulli case over N seeds (the tests' seed
+first; ``--processes`` long-lived processes each): how far a figure moves
+with the seed alone.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> None:
     ap.add_argument("--policy-from", metavar="COMMIT", help=f"{MODULE} as at this commit")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help=f"a constant of {MODULE} to change first")
-    ap.add_argument("--seeds", type=int, default=0, metavar="N", help="long-lived cases over N seeds too")
+    ap.add_argument("--seeds", type=int, default=0, metavar="N", help="the Bernoulli cases over N seeds too")
     ap.add_argument("--processes", type=int, default=None, help="long-lived processes per seed (--seeds)")
     args = ap.parse_args()
     source = policy_source(args.policy_from)
@@ -84,11 +85,17 @@ def main() -> None:
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.4f}")
     print(f"mean of the {len(ratios)} Bernoulli cases: {np.mean(list(ratios.values())):.4f}")
+    by_seed = {}
+    for accept in sim.FRESH_RATES if args.seeds else ():
+        by_seed[f"fresh, acceptance {accept if accept != sim.FALLING else 'falling'}"] = [
+            sim.fresh_ratio(accept, seed)[0] for seed in range(2, 2 + args.seeds)]
     for accept, early in sim.LONG_LIVED_CASES if args.seeds else ():
-        by_seed = [sim.long_lived_ratio(accept, early, seed, args.processes or sim.LONG_LIVED)
-                   for seed in range(7, 7 + args.seeds)]
-        print(f"long-lived, acceptance {accept}, first {early} passes rejected, {args.seeds} seeds: mean "
-              f"{np.mean(by_seed):.4f}, sd {np.std(by_seed, ddof=1):.4f} ({' '.join(f'{r:.4f}' for r in by_seed)})")
+        by_seed[f"long-lived, acceptance {accept}, first {early} passes rejected"] = [
+            sim.long_lived_ratio(accept, early, seed, args.processes or sim.LONG_LIVED)
+            for seed in range(7, 7 + args.seeds)]
+    for name, rs in by_seed.items():
+        print(f"{name}, {args.seeds} seeds: mean {np.mean(rs):.4f}, sd {np.std(rs, ddof=1):.4f}, "
+              f"standard error {np.std(rs, ddof=1) / np.sqrt(len(rs)):.4f} ({' '.join(f'{r:.4f}' for r in rs)})")
     for kind in sim.TRACE_KINDS:
         ours, control = sim.trace_ratios(kind)
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "

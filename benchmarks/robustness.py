@@ -11,6 +11,14 @@ held out from any tuning):
     default rule), and k = 4 run again as an A/A control (its ratio to the first
     k = 4 is the noise floor).
 
+At temperature > 0 every configuration samples a text of its own from the same
+law (one random source serves drafting and acceptance, so another k or another
+adaptive choice draws another text), and a text's acceptance moves a run's
+speed (in one round, 0.80 of the drafts kept in k = 8's text against 0.95 in
+k = 4's). The A/A twin therefore runs with a seed of its own there
+(--aa-same-seed: k = 4's, whose text it then replays, measuring timing noise
+alone, as rounds saved before this option did).
+
 The best fixed k is chosen once per pair and temperature, from the medians
 pooled over all rounds; every ratio is paired within a round. Printed: each
 round, then per pair and temperature the median and 10th percentile of
@@ -26,12 +34,14 @@ the third call on.
     python benchmarks/robustness.py --rounds 5 --pairs demo -n 128
     python benchmarks/robustness.py --long-lived --rounds 3
     python benchmarks/robustness.py --save run.json ...   # then, even if stopped: --report run.json
+                                        # (run.json also keeps each process's drafts, passes and text hash)
     python benchmarks/robustness.py --report a.json b.json   # the rounds of both runs pooled
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import statistics
@@ -58,6 +68,10 @@ CONFIGS = {
     "k=4 (A/A)": ["--draft-fixed", "--draft-max", "4"],
 }
 FIXED = ("k=2", "k=4", "k=8")
+AA_SEED_OFFSET = 1000  # the A/A twin's seed at temperature > 0, after k = 4's (unless --aa-same-seed)
+# what --save keeps of each fresh process besides its speed (what a slow round did), and its text's hash
+DETAIL = ("tokens_per_second", "n_drafted", "n_accepted", "n_target_passes", "acceptance_by_position", "draft_seconds",
+          "verify_seconds")
 PAIRS = ("demo", "demo-chat", "demo-coder")
 BOOTSTRAP = 2000
 
@@ -89,7 +103,9 @@ def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed:
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr}")
     data = json.loads(out.stdout)
-    return {"tps": data["tokens_per_second"], "load": wall - data["seconds"]}
+    text = hashlib.sha256(data["text"].encode()).hexdigest()[:12]
+    return {"tps": data["tokens_per_second"], "load": wall - data["seconds"],
+            "detail": {key: data[key] for key in DETAIL} | {"text": text}}
 
 
 def run_long_lived(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, calls: int,
@@ -134,6 +150,8 @@ def main() -> None:
     ap.add_argument("--long-lived", action="store_true", help="10 consecutive API calls per process")
     ap.add_argument("--calls", type=int, default=10, help="API calls per process with --long-lived")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--aa-same-seed", action="store_true",
+                    help="at temperature > 0, run the A/A twin with k = 4's seed (its text; timing noise alone)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
     ap.add_argument("--report", metavar="FILE", nargs="+", help="print the summary of --save files (runs stopped "
@@ -151,6 +169,7 @@ def main() -> None:
     # values[(pair, temp)][config] = one value per round (the mean of its ABBA runs)
     values: dict[tuple[str, float], dict[str, list[float]]] = {}
     loads: dict[tuple[str, float], dict[str, list[float]]] = {}
+    runs: list[dict] = []  # each fresh process: round, pair, temperature, configuration, prompt, detail
     with tempfile.TemporaryDirectory(prefix="specllama-robustness-") as tmp:
         for r in range(args.rounds):
             kind = prompts[r % len(prompts)]
@@ -160,12 +179,16 @@ def main() -> None:
                     load: dict[str, list[float]] = {c: [] for c in configs}
                     for c in configs + configs[::-1]:  # A B ... B A
                         seed = args.seed + r
+                        if c == "k=4 (A/A)" and temp > 0 and not args.aa_same_seed:
+                            seed += AA_SEED_OFFSET  # a text of its own, as every other configuration samples
                         if args.long_lived:
                             out = run_long_lived(pair, c, PROMPTS[kind], args.n, temp, seed, args.calls, tmp)
                             got[c].append(statistics.mean(out["tps"][first_counted:]))
                         else:
                             out = run_generate(pair, c, PROMPTS[kind], args.n, temp, seed, tmp)
                             got[c].append(out["tps"])
+                            runs.append({"round": r + 1, "pair": pair, "temperature": temp, "config": c,
+                                         "prompt": kind, "seed": seed, **out["detail"]})
                         load[c].append(out["load"])
                     cell = values.setdefault((pair, temp), {c: [] for c in configs})
                     lcell = loads.setdefault((pair, temp), {c: [] for c in configs})
@@ -177,7 +200,7 @@ def main() -> None:
                     if args.save:
                         Path(args.save).write_text(json.dumps({
                             "args": vars(args), "values": [[p, t, v] for (p, t), v in values.items()],
-                            "loads": [[p, t, v] for (p, t), v in loads.items()]}))
+                            "loads": [[p, t, v] for (p, t), v in loads.items()], "runs": runs}))
     report([[p, t, v] for (p, t), v in values.items()], [[p, t, v] for (p, t), v in loads.items()], vars(args),
            args.json)
 
@@ -186,10 +209,12 @@ def pooled(saved: list[dict]) -> tuple[list, list, dict]:
     """The rounds of several --save files as one run's (values, loads, args):
     each pair and temperature's rounds, file after file. Runs of another
     length or mode do not pool."""
-    keys = ("n", "long_lived", "calls")
-    first = saved[0]["args"]
-    for other in saved[1:]:
-        differ = [f"{key} {first[key]} vs {other['args'][key]}" for key in keys if other["args"][key] != first[key]]
+    before = {"aa_same_seed": True}  # runs saved before --aa-same-seed existed ran the twin on k = 4's seed
+    keys = ("n", "long_lived", "calls", "aa_same_seed")
+    first = before | saved[0]["args"]
+    for data in saved[1:]:
+        other = before | data["args"]
+        differ = [f"{key} {first[key]} vs {other[key]}" for key in keys if other[key] != first[key]]
         if differ:
             raise SystemExit(f"--report: files of different runs ({', '.join(differ)}) do not pool")
     out = []

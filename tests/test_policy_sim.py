@@ -225,11 +225,13 @@ def test_the_machines_are_the_measured_ones():
 # 0.98: the demo pairs' case, the best fixed k at or near the cap; FALLING: a rate by position
 FRESH_RATES = (0.5, 0.8, 0.95, 0.98, FALLING)
 LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, first passes all rejected)
+# (benchmarks/policy_sim.py --seeds 8 prints each case over 8 seeds: a figure that moves with the seed
+# alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
-    0.5: "0.966 of target-only (k = 1 is only 5% slower there, and the costs' noise hides that)",
-    FALLING: "0.970 (0.9695; the best fixed k is 2, and k = 3 is within 1% of it)",
-    (0.95, 0): "0.969 of the best fixed k (0.974 without the warm-up's acceptance check; over 8 seeds of 12 "
-               "processes the two differ by 0.003 +- 0.002)",
+    0.5: "0.966 of target-only (8 seeds: 0.961-0.9695, mean 0.966; k = 1 is 8% slower there, about what "
+         "the warm-up's costs can be off, each the median of 5 timings at +-20%)",
+    FALLING: "0.967 (8 seeds: 0.962-0.967, mean 0.966; a position not yet tried is assumed as good as the "
+             "one before, which rates falling by position contradict; real traces do not fall so)",
 }
 
 
@@ -254,10 +256,10 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     assert ratio >= 0.97, ratio
 
 
-def fresh_ratio(accept) -> tuple[float, int]:
+def fresh_ratio(accept, seed: int = 2) -> tuple[float, int]:
     """``RUNS`` fresh processes' tokens per second over the best fixed k's, and that k."""
     k_best, best = best_fixed(DEMO, accept, seed=1)
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     return tps([Run(DEMO, rng, agree=mean_rate(accept)).call(constant(accept)) for _ in range(RUNS)]) / best, k_best
 
 

@@ -15,10 +15,11 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "robustness.py"
 CONFIGS = ("target-only", "default", "k=2", "k=4", "k=8", "k=4 (A/A)")
 
 
-def saved(path: Path, rounds: list[list[float]], n: int = 256) -> Path:
-    """A --save file of demo at temperature 0, one list of tok/s (by CONFIGS) per round."""
+def saved(path: Path, rounds: list[list[float]], n: int = 256, **more) -> Path:
+    """A --save file of demo at temperature 0, one list of tok/s (by CONFIGS) per round
+    (``more``: other arguments saved; without aa_same_seed, a run saved before it existed)."""
     values = {c: [r[i] for r in rounds] for i, c in enumerate(CONFIGS)}
-    args = {"n": n, "long_lived": False, "calls": 10, "seed": 1}
+    args = {"n": n, "long_lived": False, "calls": 10, "seed": 1, **more}
     path.write_text(json.dumps({"args": args, "values": [["demo", 0.0, values]],
                                 "loads": [["demo", 0.0, {c: [1.0] * len(rounds) for c in CONFIGS}]]}))
     return path
@@ -51,3 +52,9 @@ def test_runs_of_another_length_do_not_pool(tmp_path):
     out = report(a, b)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == "--report: files of different runs (n 256 vs 128) do not pool"
+    # an A/A twin on k = 4's seed (as runs saved before --aa-same-seed) against one on a seed of its own
+    c = saved(tmp_path / "c.json", [[40, 60, 50, 55, 60, 55]], aa_same_seed=False)
+    out = report(a, c)
+    assert out.returncode == 1
+    assert out.stderr.strip() == "--report: files of different runs (aa_same_seed True vs False) do not pool"
+    assert report(c, saved(tmp_path / "d.json", [[40, 60, 50, 55, 60, 55]], aa_same_seed=False)).returncode == 0
