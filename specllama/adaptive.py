@@ -203,7 +203,7 @@ class DraftLengthPolicy:
     behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
     gave_up: bool = False  # drafting was given up on the acceptance seen (resuming then asks for more)
     prior_accept: float = PRIOR_ACCEPT  # acceptance assumed before any is observed (the warm-up's, once measured)
-    # the costs cannot_pay judges by: (draft step, rows -> seconds), kept until
+    # the costs cannot_pay judges by: (draft step, first step, rows -> seconds), kept until
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
