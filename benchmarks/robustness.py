@@ -24,7 +24,9 @@ pooled over all rounds; every ratio is paired within a round. Printed: each
 round, then per pair and temperature the median and 10th percentile of
 default/best-fixed, default/target-only and the A/A ratio, with a bootstrap
 95% interval for the medians, and decode tok/s and load + warm-up seconds
-apart.
+apart. From the processes' details (--save keeps them): how far two runs of the
+same work differ (timing noise alone), the default's drafts per pass, and each
+configuration's share of drafts kept (what its texts allowed).
 
 --long-lived: one process per configuration makes 10 consecutive API calls
 (SpeculativeLlama, as the server does); configurations interleaved, ratios from
@@ -158,7 +160,8 @@ def main() -> None:
                     "early included; the rounds of several files pooled) and measure nothing")
     args = ap.parse_args()
     if args.report:
-        report(*pooled([json.loads(Path(f).read_text()) for f in args.report]), args.json)
+        values, loads, saved_args, runs = pooled([json.loads(Path(f).read_text()) for f in args.report])
+        report(values, loads, saved_args, args.json, runs)
         return
     pairs = args.pairs.split(",")
     temps = [float(t) for t in args.temps.split(",")]
@@ -202,13 +205,13 @@ def main() -> None:
                             "args": vars(args), "values": [[p, t, v] for (p, t), v in values.items()],
                             "loads": [[p, t, v] for (p, t), v in loads.items()], "runs": runs}))
     report([[p, t, v] for (p, t), v in values.items()], [[p, t, v] for (p, t), v in loads.items()], vars(args),
-           args.json)
+           args.json, runs)
 
 
-def pooled(saved: list[dict]) -> tuple[list, list, dict]:
-    """The rounds of several --save files as one run's (values, loads, args):
-    each pair and temperature's rounds, file after file. Runs of another
-    length or mode do not pool."""
+def pooled(saved: list[dict]) -> tuple[list, list, dict, list]:
+    """The rounds of several --save files as one run's (values, loads, args,
+    runs): each pair and temperature's rounds, file after file. Runs of
+    another length or mode do not pool."""
     before = {"aa_same_seed": True}  # runs saved before --aa-same-seed existed ran the twin on k = 4's seed
     keys = ("n", "long_lived", "calls", "aa_same_seed")
     first = before | saved[0]["args"]
@@ -226,12 +229,37 @@ def pooled(saved: list[dict]) -> tuple[list, list, dict]:
                 for c, xs in cell.items():
                     into.setdefault(c, []).extend(xs)
         out.append([[p, t, v] for (p, t), v in cells.items()])
-    return out[0], out[1], first
+    runs = [run | {"file": i} for i, data in enumerate(saved) for run in data.get("runs", [])]
+    return out[0], out[1], first, runs
 
 
-def report(values_list: list, loads_list: list, args: dict, as_json: bool) -> None:
+def noise(runs: list[dict]) -> dict | None:
+    """From the processes' details (files saved with them): how far two runs
+    of the same work (one round, one configuration, the same text, so the
+    same passes) differ in speed, and how many drafts per pass the default
+    made. None without details."""
+    same: dict[tuple, list[float]] = {}
+    for run in runs:
+        key = (run.get("file", 0), run["round"], run["config"], run["text"])
+        same.setdefault(key, []).append(run["tokens_per_second"])
+    spread = [max(v) / min(v) for v in same.values() if len(v) == 2]
+    per_pass = [run["n_drafted"] / run["n_target_passes"] for run in runs
+                if run["config"] == "default" and run["n_target_passes"]]
+    kept: dict[str, list[float]] = {}  # the share of drafts kept, by configuration (one value a text)
+    for run in runs:
+        if run["n_drafted"]:
+            kept.setdefault(run["config"], []).append(run["n_accepted"] / run["n_drafted"])
+    if not spread or not per_pass:
+        return None
+    return {"identical_work_pairs": len(spread), "identical_work_spread_median": statistics.median(spread),
+            "identical_work_spread_max": max(spread), "default_drafts_per_pass": [min(per_pass), max(per_pass)],
+            "drafts_kept": {c: [min(v), max(v)] for c, v in kept.items()}}
+
+
+def report(values_list: list, loads_list: list, args: dict, as_json: bool, runs: list | None = None) -> None:
     """Print the summary: per pair and temperature, the medians, the paired
-    ratios with their bootstrap intervals and 10th percentiles."""
+    ratios with their bootstrap intervals and 10th percentiles (and, from the
+    processes' details, :func:`noise`)."""
     values = {(p, t): v for p, t, v in values_list}
     loads = {(p, t): v for p, t, v in loads_list}
     configs = list(CONFIGS)
@@ -250,6 +278,7 @@ def report(values_list: list, loads_list: list, args: dict, as_json: bool) -> No
             "decode_tps_median": {c: statistics.median(cell[c]) for c in configs},
             "load_and_warm_up_seconds_median": {c: statistics.median(loads[(pair, temp)][c]) for c in configs},
             "ratios": {name: summarize(xs, rng) for name, xs in ratios.items()},
+            "noise": noise([r for r in runs or () if (r["pair"], r["temperature"]) == (pair, temp)]),
         })
     rounds = max((row["rounds"] for row in rows), default=0)
     if as_json:
@@ -265,6 +294,14 @@ def report(values_list: list, loads_list: list, args: dict, as_json: bool) -> No
         for name, s in row["ratios"].items():
             print(f"  {name:<20} median {s['median']:.3f} [{s['median_ci'][0]:.3f}, {s['median_ci'][1]:.3f}]"
                   f"  p10 {s['p10']:.3f}")
+        if row["noise"]:
+            z = row["noise"]
+            print(f"  the same work run twice ({z['identical_work_pairs']} pairs): speeds differ by "
+                  f"{z['identical_work_spread_median']:.3f}x at the median, {z['identical_work_spread_max']:.3f}x "
+                  f"at most; the default drafted {z['default_drafts_per_pass'][0]:.2f}-"
+                  f"{z['default_drafts_per_pass'][1]:.2f} per pass")
+            print("  share of drafts kept, least and most of a run: " + ", ".join(
+                f"{c} {lo:.3f}-{hi:.3f}" for c, (lo, hi) in z["drafts_kept"].items()))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "robustness.py"
 CONFIGS = ("target-only", "default", "k=2", "k=4", "k=8", "k=4 (A/A)")
 
 
-def saved(path: Path, rounds: list[list[float]], n: int = 256, **more) -> Path:
+def saved(path: Path, rounds: list[list[float]], n: int = 256, runs: list | None = None, **more) -> Path:
     """A --save file of demo at temperature 0, one list of tok/s (by CONFIGS) per round
     (``more``: other arguments saved; without aa_same_seed, a run saved before it existed)."""
     values = {c: [r[i] for r in rounds] for i, c in enumerate(CONFIGS)}
     args = {"n": n, "long_lived": False, "calls": 10, "seed": 1, **more}
     path.write_text(json.dumps({"args": args, "values": [["demo", 0.0, values]],
-                                "loads": [["demo", 0.0, {c: [1.0] * len(rounds) for c in CONFIGS}]]}))
+                                "loads": [["demo", 0.0, {c: [1.0] * len(rounds) for c in CONFIGS}]],
+                                **({"runs": runs} if runs is not None else {})}))
     return path
 
 
@@ -58,3 +59,43 @@ def test_runs_of_another_length_do_not_pool(tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip() == "--report: files of different runs (aa_same_seed True vs False) do not pool"
     assert report(c, saved(tmp_path / "d.json", [[40, 60, 50, 55, 60, 55]], aa_same_seed=False)).returncode == 0
+
+
+def run(config: str, tps: float, text: str, drafted: int, kept: int, passes: int, rnd: int = 1) -> dict:
+    """One process's details as --save keeps them (demo, temperature 0)."""
+    return {"round": rnd, "pair": "demo", "temperature": 0.0, "config": config, "prompt": "story", "seed": 1,
+            "tokens_per_second": tps, "n_drafted": drafted, "n_accepted": kept, "n_target_passes": passes,
+            "text": text}
+
+
+def test_the_processes_details_say_how_noisy_the_rounds_were(tmp_path):
+    """Two runs of the same work (one round, configuration and text) differ
+    by timing alone; the default's drafts per pass and each configuration's
+    share of drafts kept say whether its choices or its texts made a round slow."""
+    a = saved(tmp_path / "a.json", [[40, 60, 50, 55, 60, 55]], runs=[
+        run("default", 60, "t1", 240, 216, 30), run("default", 50, "t1", 240, 216, 30),  # 1.2x
+        run("k=8", 66, "t2", 224, 200, 28), run("k=8", 60, "t2", 224, 200, 28),  # 1.1x
+        run("k=4", 50, "t3", 200, 190, 50), run("k=4", 52, "t4", 200, 150, 50),  # two texts: not a pair
+    ])
+    b = saved(tmp_path / "b.json", [[40, 60, 50, 55, 60, 55]], runs=[
+        run("default", 55, "t1", 100, 90, 25), run("default", 55, "t1", 100, 90, 25)])  # another file's round 1
+    out = report(a, b)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["results"]
+    assert row["noise"] == {
+        "identical_work_pairs": 3, "identical_work_spread_median": pytest.approx(1.1),
+        "identical_work_spread_max": pytest.approx(1.2), "default_drafts_per_pass": [4.0, 8.0],
+        "drafts_kept": {"default": [0.9, 0.9], "k=8": [pytest.approx(200 / 224)] * 2, "k=4": [0.75, 0.95]}}
+    text = report_text(a)
+    assert ("  the same work run twice (2 pairs): speeds differ by 1.150x at the median, 1.200x at most; the "
+            "default drafted 8.00-8.00 per pass\n") in text
+    assert ("  share of drafts kept, least and most of a run: default 0.900-0.900, k=8 0.893-0.893, "
+            "k=4 0.750-0.950\n") in text
+    assert "same work" not in report_text(saved(tmp_path / "c.json", [[40, 60, 50, 55, 60, 55]]))  # no details saved
+
+
+def report_text(*files: Path) -> str:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--report", *map(str, files)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
