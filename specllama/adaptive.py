@@ -229,9 +229,7 @@ class DraftLengthPolicy:
     def draft_cost(self, k: int) -> float:
         """Seconds for the k draft steps of one pass (0 for none)."""
         step = self.draft_seconds
-        if k <= 0 or step is None:
-            return 0.0
-        return self.first_step_seconds + (k - 1) * step
+        return 0.0 if step is None else _drafts_cost(k, step, self.first_step_seconds)
 
     @property
     def verify_seconds(self) -> dict[int, float]:

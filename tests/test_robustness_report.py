@@ -26,8 +26,8 @@ def saved(path: Path, rounds: list[list[float]], n: int = 256, runs: list | None
     return path
 
 
-def report(*files: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--report", *map(str, files), "--json"],
+def report(*files: Path, as_json: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--report", *map(str, files), *(["--json"] if as_json else [])],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -95,7 +95,6 @@ def test_the_processes_details_say_how_noisy_the_rounds_were(tmp_path):
 
 
 def report_text(*files: Path) -> str:
-    out = subprocess.run([sys.executable, str(SCRIPT), "--report", *map(str, files)], capture_output=True, text=True,
-                         timeout=60)
+    out = report(*files, as_json=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
