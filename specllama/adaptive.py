@@ -35,6 +35,12 @@ Robust for a first-time user and in a long-lived process:
   the warm-up at load (the median of >= 3 timings each of a 1-row pass, a
   (cap+1)-row pass and a draft step). Row counts timed too rarely are estimated from their
   neighbours, optimistically, so they get measured.
+- Close calls: where the best draft length's expected gain over target-only
+  is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
+  times only its own side (a 1-row pass is timed by target-only passes alone):
+  a warm-up's 1-row timing drawn high would keep a losing draft length on for
+  good. So a target-only pass is timed every ``CLOSE_CALL_EVERY`` passes
+  there, and both sides are judged by timings of the same time.
 - When the costs are known and even perfect acceptance cannot pay (for every
   k, (k + 1) tokens per t_first + (k - 1) * t_draft + t_verify(k + 1) is
   slower than one token per t_verify(1)), the policy decodes target-only from the first pass
@@ -107,6 +113,11 @@ TRUSTED = 3  # timings of a row count before its own are trusted over its neighb
 ESTIMATE_WEIGHT = 1.0
 SAVED_WEIGHT = 4.0  # a saved acceptance record counts as this many passes
 WARM_UP_TIMINGS = 5  # timings of each kind at load (their median is used)
+# Where the best draft length's expected gain over target-only is below this share, the
+# choice turns on the costs' noise: a target-only pass is timed whenever the last was this
+# many passes ago, so both sides are judged by timings of the same time.
+CLOSE_CALL = 0.10
+CLOSE_CALL_EVERY = 8
 
 
 def typical(timings) -> float:
@@ -455,6 +466,11 @@ class DraftLengthPolicy:
                 self.since_probe = 0
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
                 best = _best_drafting(rates)
+        elif (best < cap and rates[best] < (1 + CLOSE_CALL) * rates[0]
+              and self.passes - self.last_timed.get(1, 0) >= CLOSE_CALL_EVERY):
+            # a close call (not one the cap made: a call's last tokens): time target-only now, as
+            # drafting is timed at every pass
+            best = 0
         else:
             self.gave_up = False
             self.probe_gap = EXPLORE_EVERY

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specllama.adaptive import (
+    CLOSE_CALL,
+    CLOSE_CALL_EVERY,
     DECAY,
     ESTIMATE_WEIGHT,
     EXPLORE_EVERY,
@@ -112,6 +114,28 @@ def test_whether_drafting_can_pay_prices_the_first_draft_step_apart():
     p.observe(2, 2, 0.008, 0.020, first_step=0.005)
     assert p.first_step_seconds == pytest.approx(0.005) and p.draft_seconds == pytest.approx(0.003)
     assert p.cannot_pay(2) and p.verdict(2).startswith("drafting cannot pay")
+
+
+def test_a_close_call_times_target_only_as_often_as_drafting():
+    """One row 40 ms, each more row 2 ms, a draft step 10 ms. At 40%
+    acceptance k = 1 makes 1.4 tokens in 52 ms against one in 40: 7.7% faster,
+    a gain under CLOSE_CALL that noisy timings can fake (a warm-up's 1-row
+    timing 8% high makes a 6% loss look like a gain, and drafting then never
+    times a 1-row pass to correct it). So every CLOSE_CALL_EVERY-th pass decodes
+    target-only, and timed. At 90% acceptance (k = 6: 5.2 tokens in 112 ms, 1.86x
+    target-only) the choice never stops for it."""
+    assert CLOSE_CALL == 0.10 and CLOSE_CALL_EVERY == 8
+
+    def choices(accept: float, n: int) -> list[int]:
+        p = policy_with(accept, 0.010, 0.040, 0.002)
+        out = []
+        for _ in range(n):
+            out.append(p.choose(8))
+            p.observe(out[-1], 0, 0.010 * out[-1], 0.040 + 0.002 * out[-1])
+        return out
+
+    assert choices(0.4, 15) == [1] * 7 + [0] + [1] * 7
+    assert choices(0.9, 15) == [6] * 15
 
 
 def test_passes_of_one_draft_time_the_draft_step():

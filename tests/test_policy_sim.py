@@ -228,9 +228,7 @@ LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, fi
 # (benchmarks/policy_sim.py --seeds 8 prints each case over 8 seeds: a figure that moves with the seed
 # alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
-    0.5: "0.966 of target-only (8 seeds: 0.961-0.9695, mean 0.966; k = 1 is 8% slower there, about what "
-         "the warm-up's costs can be off, each the median of 5 timings at +-20%)",
-    FALLING: "0.967 (8 seeds: 0.962-0.967, mean 0.966; a position not yet tried is assumed as good as the "
+    FALLING: "0.967 (8 seeds: 0.965-0.968, mean 0.967; a position not yet tried is assumed as good as the "
              "one before, which rates falling by position contradict; real traces do not fall so)",
 }
 
@@ -249,7 +247,9 @@ def cases(keys, *, unpack: bool) -> list:
 def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     """Fresh processes (a new policy each), 256 tokens each: >= 0.97 of the
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
-    drafting does not pay on the demo's costs)."""
+    drafting does not pay on the demo's costs; there k = 1 is 6% slower,
+    about what the warm-up's 1-row timing can be off, and the policy read
+    0.966 until close calls timed target-only anew: 0.970 now)."""
     ratio, k_best = fresh_ratio(accept)
     assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7, FALLING: 2}[accept] or DEMO.expected_rate(
         k_best, accept) >= 0.99 * max(DEMO.expected_rate(k, accept) for k in range(CAP + 1))
@@ -415,12 +415,12 @@ def test_on_real_generations_the_median_reaches_the_best_fixed_k(kind):
 
 
 @pytest.mark.parametrize("kind", ["greedy", pytest.param("sampled", marks=pytest.mark.xfail(
-    strict=True, reason=f"{SHORT} 10th percentile 0.943 against the A/A control's 0.983 - 0.03"))])
+    strict=True, reason=f"{SHORT} 10th percentile 0.941 against the A/A control's 0.983 - 0.03"))])
 def test_on_real_generations_the_worst_runs_stay_near_the_noise_floor(kind):
     """Issue 18's second goal on the same replays: the 10th percentile no
     lower than the A/A control's (the best fixed k on noisy timings) minus
-    0.03. Greedy: 0.962 against 0.988 - 0.03 (0.943 before the warm-up's
-    acceptance check, 0.930 at 250990e). The worst replays are of the short
+    0.03. Greedy: 0.960 against 0.988 - 0.03 (0.962 before close calls timed
+    target-only anew, 0.943 before the warm-up's acceptance check, 0.930 at 250990e). The worst replays are of the short
     texts (40-48 tokens), where a fresh process's first passes weigh most:
     without the check it started at k = 2-3 until the prior (0.85) was
     outweighed, two passes of a five-pass generation."""
