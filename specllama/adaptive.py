@@ -38,9 +38,11 @@ Robust for a first-time user and in a long-lived process:
 - Close calls: where the best draft length's expected gain over target-only
   is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
   times only its own side (a 1-row pass is timed by target-only passes alone):
-  a warm-up's 1-row timing drawn high would keep a losing draft length on for
-  good. So a target-only pass is timed every ``CLOSE_CALL_EVERY`` passes
-  there, and both sides are judged by timings of the same time.
+  a warm-up's 1-row timing drawn high kept a losing draft length on, with a
+  target-only pass timed only by the exploration every 3 x ``EXPLORE_EVERY``
+  passes. So there a target-only pass is timed every ``CLOSE_CALL_EVERY``
+  passes, and both sides are judged by recent timings. Not where the cap made
+  the choice small (a call's last tokens) or a minimum draft length forbids k = 0.
 - When the costs are known and even perfect acceptance cannot pay (for every
   k, (k + 1) tokens per t_first + (k - 1) * t_draft + t_verify(k + 1) is
   slower than one token per t_verify(1)), the policy decodes target-only from the first pass
@@ -218,6 +220,7 @@ class DraftLengthPolicy:
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
+    _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
     # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
     # the one writer of verify_passes, clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
@@ -385,7 +388,7 @@ class DraftLengthPolicy:
     def choose(self, cap: int, *, minimum: int = 0) -> int:
         """The number of tokens to draft in the next pass (minimum..cap;
         a cap below the minimum wins)."""
-        return max(self._choose(cap), min(minimum, cap))
+        return max(self._choose(cap, minimum), min(minimum, cap))
 
     def drafting(self, cap: int = DEFAULT_DRAFT_MAX) -> bool:
         """Whether the next passes are likely to draft (False while the
@@ -439,7 +442,7 @@ class DraftLengthPolicy:
         per_token = self.catch_up_seconds / self.catch_up_tokens
         return per_token * self.behind <= PROBE_BUDGET * self.verify_cost(1) * self.since_probe
 
-    def _choose(self, cap: int) -> int:
+    def _choose(self, cap: int, minimum: int = 0) -> int:
         if cap <= 0:
             return 0
         if self.draft_seconds is None or not self.verify_passes:
@@ -466,10 +469,12 @@ class DraftLengthPolicy:
                 self.since_probe = 0
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
                 best = _best_drafting(rates)
-        elif (best < cap and rates[best] < (1 + CLOSE_CALL) * rates[0]
-              and self.passes - self.last_timed.get(1, 0) >= CLOSE_CALL_EVERY):
+        elif (minimum == 0 and best < cap and rates[best] < (1 + CLOSE_CALL) * rates[0]
+              and self.passes - max(self.last_timed.get(1, 0), self._close_call_at) >= CLOSE_CALL_EVERY):
             # a close call (not one the cap made: a call's last tokens): time target-only now, as
-            # drafting is timed at every pass
+            # drafting is timed at every pass (at most once in CLOSE_CALL_EVERY passes, also where
+            # the engine verifies prompt-lookup drafts instead, and no 1-row pass is timed)
+            self._close_call_at = self.passes
             best = 0
         else:
             self.gave_up = False

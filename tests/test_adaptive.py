@@ -116,26 +116,36 @@ def test_whether_drafting_can_pay_prices_the_first_draft_step_apart():
     assert p.cannot_pay(2) and p.verdict(2).startswith("drafting cannot pay")
 
 
-def test_a_close_call_times_target_only_as_often_as_drafting():
+def test_a_close_call_times_target_only_now_and_then():
     """One row 40 ms, each more row 2 ms, a draft step 10 ms. At 40%
     acceptance k = 1 makes 1.4 tokens in 52 ms against one in 40: 7.7% faster,
     a gain under CLOSE_CALL that noisy timings can fake (a warm-up's 1-row
-    timing 8% high makes a 6% loss look like a gain, and drafting then never
-    times a 1-row pass to correct it). So every CLOSE_CALL_EVERY-th pass decodes
-    target-only, and timed. At 90% acceptance (k = 6: 5.2 tokens in 112 ms, 1.86x
-    target-only) the choice never stops for it."""
+    timing 8% high makes an 8% loss look like a gain, and drafting times no
+    1-row pass to correct it). So every CLOSE_CALL_EVERY-th pass decodes
+    target-only, and timed. At 90% acceptance (k = 6: 5.2 tokens in 112 ms,
+    1.86x target-only) the choice never stops for it. Not with a minimum
+    draft length (k = 0 cannot be: the exploration goes on), and where the k = 0 pass verified
+    prompt-lookup drafts instead (no 1-row pass timed), still only one pass
+    in CLOSE_CALL_EVERY."""
     assert CLOSE_CALL == 0.10 and CLOSE_CALL_EVERY == 8
 
-    def choices(accept: float, n: int) -> list[int]:
+    def choices(accept: float, n: int, *, minimum: int = 0, lookup: bool = False) -> list[int]:
         p = policy_with(accept, 0.010, 0.040, 0.002)
         out = []
         for _ in range(n):
-            out.append(p.choose(8))
-            p.observe(out[-1], 0, 0.010 * out[-1], 0.040 + 0.002 * out[-1])
+            out.append(p.choose(8, minimum=minimum))
+            if out[-1] == 0 and lookup:  # the engine verified 3 lookup drafts instead
+                p.observe_verify(4, 0.046, reopen=False)
+            else:
+                p.observe(out[-1], 0, 0.010 * out[-1], 0.040 + 0.002 * out[-1])
         return out
 
     assert choices(0.4, 15) == [1] * 7 + [0] + [1] * 7
     assert choices(0.9, 15) == [6] * 15
+    # with a minimum, the exploration goes on (a longer draft at pass 48), which close calls
+    # firing in vain at every pass would preempt
+    assert choices(0.4, 50, minimum=1) == [1] * 47 + [2] + [1] * 2
+    assert choices(0.4, 15, lookup=True) == [1] * 7 + [0] + [1] * 7
 
 
 def test_passes_of_one_draft_time_the_draft_step():
