@@ -230,7 +230,7 @@ def never_drafts(monkeypatch):
     """The real policy, except that its own choice is always k = 0."""
     import specllama.adaptive as adaptive
 
-    monkeypatch.setattr(adaptive.DraftLengthPolicy, "_choose", lambda self, cap: 0)
+    monkeypatch.setattr(adaptive.DraftLengthPolicy, "_choose", lambda self, cap, minimum=0: 0)
 
 
 def test_draft_min_drafts_at_least_that_many_and_the_policy_decides_above(tiny_pair, monkeypatch):
