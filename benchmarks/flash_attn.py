@@ -2,7 +2,8 @@
 
 `llama-bench` (and `llama-speculative-simple`) run with flash attention `auto`,
 which llama.cpp resolves to on for the CPU; llama-cpp-python's `Llama` turns it
-off unless told (`flash_attn=False`), and so does specllama. For each
+off unless told (`flash_attn=False`), and so does specllama unless told
+(`-fa on`: see docs/flags.md for why). For each
 repetition, each in a fresh process and interleaved:
 
     llama-bench auto      llama-bench -m TARGET -p 0 -n N -r 1 -t T -o json (tg tokens/s)

@@ -6,17 +6,21 @@ benchmarks/.native/, ignored by git), then, for each repetition and each
 temperature (0 and 0.8), runs in a fresh process each and in a rotating order:
 
     native target-only        llama-bench -m TARGET -p 0 -n N -r 1 -o json (its tg tokens/s)
+    native target-only -fa 0  the same without flash attention
     native speculative k=4    llama-speculative-simple --spec-type draft-simple --spec-draft-n-max 4
     native speculative k=8    llama-speculative-simple --spec-type draft-simple --spec-draft-n-max 8
     specllama --draft-max 0   (target only)
+    specllama --draft-max 0 -fa on
     specllama default         (adaptive draft length)
     specllama --draft-fixed --draft-max 8
 
 on the demo pair (or -m/-md), the same prompt, length, seed (per repetition),
 threads and context, and prints the median tokens/s of each with the ratios
 specllama default / best native speculative, specllama default / native
-target-only and specllama --draft-max 0 / native target-only. See
-benchmarks/README.md for the flags and what the native figures mean.
+target-only and specllama --draft-max 0 / native target-only, each both as the
+tools run by default (llama.cpp's tools pick flash attention on for the CPU,
+specllama leaves it off: docs/flags.md) and like for like (both off, both on).
+See benchmarks/README.md for the flags and what the native figures mean.
 
     python benchmarks/native_compare.py                 # build if needed, 2 reps, 96 tokens
     python benchmarks/native_compare.py --reps 3 --json
@@ -107,14 +111,18 @@ def build(ver: str, jobs: int, targets=TARGETS) -> dict[str, Path]:
 # --------------------------------------------------------------------------- runs
 
 NATIVE_TARGET = "native target-only (llama-bench tg)"
+NATIVE_TARGET_FA0 = "native target-only -fa 0"
 NATIVE_K4 = "native speculative k=4"
 NATIVE_K8 = "native speculative k=8"
 SPEC_TARGET = "specllama --draft-max 0"
+SPEC_TARGET_FA = "specllama --draft-max 0 -fa on"
 SPEC_DEFAULT = "specllama default (adaptive)"
 SPEC_FIXED8 = "specllama --draft-fixed --draft-max 8"
-CONFIGS = (NATIVE_TARGET, NATIVE_K4, NATIVE_K8, SPEC_TARGET, SPEC_DEFAULT, SPEC_FIXED8)
+CONFIGS = (NATIVE_TARGET, NATIVE_TARGET_FA0, NATIVE_K4, NATIVE_K8, SPEC_TARGET, SPEC_TARGET_FA, SPEC_DEFAULT,
+           SPEC_FIXED8)
 NATIVE_SPEC = {NATIVE_K4: 4, NATIVE_K8: 8}
-SPEC_FLAGS = {SPEC_TARGET: ["--draft-max", "0"], SPEC_DEFAULT: [], SPEC_FIXED8: ["--draft-fixed", "--draft-max", "8"]}
+SPEC_FLAGS = {SPEC_TARGET: ["--draft-max", "0"], SPEC_TARGET_FA: ["--draft-max", "0", "-fa", "on"], SPEC_DEFAULT: [],
+              SPEC_FIXED8: ["--draft-fixed", "--draft-max", "8"]}
 
 # llama-speculative-simple prints these (LOG_INF, stderr) at the end of a run
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
@@ -145,10 +153,11 @@ def _run(cmd: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, d
     return out, times
 
 
-def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int, timeout: float) -> dict:
+def run_native_target(bins: dict[str, Path], target: str, n: int, threads: int, timeout: float,
+                      flags: tuple[str, ...] = ()) -> dict:
     """llama-bench tg: decode n tokens one at a time (no sampling, after its own warm-up run)."""
     out, times = _run([str(bins["llama-bench"]), "-m", target, "-p", "0", "-n", str(n), "-r", "1", "-o", "json",
-                      "-t", str(threads)], timeout)
+                      "-t", str(threads), *flags], timeout)
     tests = [t for t in json.loads(out.stdout) if t.get("n_gen") == n and t.get("n_prompt") == 0]
     if not tests:
         raise SystemExit(f"llama-bench printed no tg{n} result:\n{out.stdout[-2000:]}")
@@ -200,8 +209,9 @@ def wait_for_quiet(max_load: float | None, max_wait: float) -> None:
 def run_cell(name: str, bins: dict[str, Path], target: str, draft: str, temp: float, seed: int,
              extra: list[str], args: argparse.Namespace) -> dict:
     """One fresh process of configuration `name`."""
-    if name == NATIVE_TARGET:
-        return run_native_target(bins, target, args.n, args.threads, args.run_timeout)
+    if name in (NATIVE_TARGET, NATIVE_TARGET_FA0):
+        flags = ("-fa", "0") if name == NATIVE_TARGET_FA0 else ()
+        return run_native_target(bins, target, args.n, args.threads, args.run_timeout, flags)
     if name in NATIVE_SPEC:
         return run_native_spec(bins, target, draft, NATIVE_SPEC[name], temp, args.n, seed, args.threads,
                                args.ctx_size, args.prompt, extra, args.run_timeout)
@@ -243,6 +253,9 @@ def summarise(results: dict[tuple[float, str], list[dict]], temps: list[float]) 
             "default_vs_best_native_speculative": ratio(med.get(SPEC_DEFAULT), natives.get(best)),
             "default_vs_native_target_only": ratio(med.get(SPEC_DEFAULT), med.get(NATIVE_TARGET)),
             "target_only_vs_native_target_only": ratio(med.get(SPEC_TARGET), med.get(NATIVE_TARGET)),
+            # like for like: both without flash attention, both with it
+            "target_only_vs_native_target_only_fa_off": ratio(med.get(SPEC_TARGET), med.get(NATIVE_TARGET_FA0)),
+            "target_only_vs_native_target_only_fa_on": ratio(med.get(SPEC_TARGET_FA), med.get(NATIVE_TARGET)),
             "fixed8_vs_best_native_speculative": ratio(med.get(SPEC_FIXED8), natives.get(best)),
             # the goals of issue 10: >= 1x at temperature 0, >= 2x at temperature 0.8
             "goal_default_vs_best_native": 1.0 if temp == 0 else 2.0,
@@ -363,6 +376,9 @@ def main() -> None:
               f"--draft-fixed --draft-max 8 / best native: {fmt_ratio(q['fixed8_vs_best_native_speculative'])}")
         print(f"         specllama default / native target-only: {fmt_ratio(q['default_vs_native_target_only'])}; "
               f"specllama --draft-max 0 / native target-only: {fmt_ratio(q['target_only_vs_native_target_only'])}")
+        print(f"         like for like, --draft-max 0 / llama-bench: flash attention off (-fa 0) "
+              f"{fmt_ratio(q['target_only_vs_native_target_only_fa_off'])}, on (specllama -fa on) "
+              f"{fmt_ratio(q['target_only_vs_native_target_only_fa_on'])}")
     n_retried = sum(1 for x in raw if x["discarded"])
     n_kept_contended = sum(1 for runs in results.values() for x in runs if x["contended"])
     if n_retried or n_kept_contended:

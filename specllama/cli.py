@@ -19,10 +19,10 @@ from .cli_flags import (
     filter_options,
     generation_flags,
     grammar_options,
+    load_kwargs,
     load_options,
     model_options,
     n_predict_option,
-    rpc_kwargs,
 )
 from .colors import color_enabled, legend, styled
 from .demo import DEMO_CHAT
@@ -76,7 +76,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
     color = not as_json and color_enabled(o["color"], sys.stdout)
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
                      n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads,
-                     **rpc_kwargs(o)) as engine:
+                     **load_kwargs(o)) as engine:
         options = generation_flags(o, n_vocab=engine.target.n_vocab, n_ctx=engine.target.n_ctx, max_tokens=n_predict,
                                    stop=stop, banned=engine.target.eog_tokens() if o["ignore_eos"] else ())
         if color:
@@ -123,7 +123,7 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
     generation_flags(o, max_tokens=n_predict)  # checked before any model loads
     with open_engine(model, model_draft, pair=pair, use_draft=o["draft_max"] > 0, n_ctx=ctx_size,
                      n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads,
-                     default_pair=DEMO_CHAT, **rpc_kwargs(o)) as engine:
+                     default_pair=DEMO_CHAT, **load_kwargs(o)) as engine:
         options = generation_flags(o, n_vocab=engine.target.n_vocab, n_ctx=engine.target.n_ctx, max_tokens=n_predict,
                                    banned=engine.target.eog_tokens() if o["ignore_eos"] else ())
         template = template_for(engine.target, chat_format)
@@ -211,7 +211,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     n_tokens = n_predict or (b.QUICK_TOKENS if quick else b.DEFAULT_BENCH_TOKENS)
     base = sampling_params(temperature=0.0, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
-                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads, **rpc_kwargs(o)) as engine:
+                     n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads, **load_kwargs(o)) as engine:
         rules = rules or [DEFAULT_RULE]
         total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat, len(rules), baseline)
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:

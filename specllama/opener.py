@@ -22,7 +22,7 @@ from .demo import BUILTIN_PAIRS, DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError, SpecLlamaWarning
-from .options import check_rpc_servers, check_tensor_split
+from .options import check_rpc_servers, check_switch, check_tensor_split
 from .pairs import ROLES, get_pair, resolve_model
 
 
@@ -59,12 +59,12 @@ def _resolve(source: object, role: str) -> object:
     raise SpecLlamaError(f"{role} must be {accepted}, got {source!r}")
 
 
-def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool,
+def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool, flash_attn: bool,
           rpc_servers: tuple[str, ...] = (), tensor_split: tuple[float, ...] | None = None) -> LlamaModel:
     if is_llama(source):
         return LlamaModel.from_llama(source)  # type: ignore[arg-type]
     return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,  # type: ignore[arg-type]
-                      verbose=verbose, rpc_servers=rpc_servers, tensor_split=tensor_split)
+                      verbose=verbose, rpc_servers=rpc_servers, tensor_split=tensor_split, flash_attn=flash_attn)
 
 
 def _check_rpc(target_src: object, draft_src: object, target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],
@@ -108,6 +108,7 @@ def open_engine(
     rpc_servers: object = None,
     rpc_servers_draft: object = None,
     tensor_split: object = None,
+    flash_attn: bool = False,
 ) -> SpeculativeEngine:
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
@@ -137,6 +138,8 @@ def open_engine(
             local devices).
         tensor_split: the target's share of offloaded layers per device, in
             device order, RPC servers first (llama.cpp's ``--tensor-split``).
+        flash_attn: flash attention in both models opened from files
+            (llama.cpp's ``-fa on``; see :class:`~specllama.backend.LlamaModel`).
 
     Raises:
         SpecLlamaError: a missing or unreadable file, an unknown pair, a
@@ -146,13 +149,14 @@ def open_engine(
     target_rpc = check_rpc_servers(rpc_servers, "rpc_servers")
     draft_rpc = check_rpc_servers(rpc_servers_draft, "rpc_servers_draft")
     split = check_tensor_split(tensor_split)
+    check_switch(flash_attn, "flash_attn")
     target_src, draft_src = resolve_paths(model, draft, pair, default_pair=default_pair)
     ngld = n_gpu_layers if n_gpu_layers_draft is None else n_gpu_layers_draft
     draft_rpc = _check_rpc(target_src, draft_src, target_rpc, draft_rpc, n_gpu_layers, ngld, use_draft)
     # every server answers, and its devices are registered, before the target loads
     add_rpc_servers(tuple(dict.fromkeys(target_rpc + draft_rpc)))
     target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose,
-                   rpc_servers=target_rpc, tensor_split=split)
+                   flash_attn=flash_attn, rpc_servers=target_rpc, tensor_split=split)
     draft_model = None
     try:
         if not use_draft or draft_src is None:
@@ -161,12 +165,13 @@ def open_engine(
             engine = SpeculativeEngine(target, PROMPT_LOOKUP)
         else:
             draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads,
-                                verbose=verbose, rpc_servers=draft_rpc)
+                                verbose=verbose, flash_attn=flash_attn, rpc_servers=draft_rpc)
             engine = SpeculativeEngine(target, draft_model)
         if engine.drafter is not None:
             engine.cost_key = cost_key(target.path, draft_model.path if draft_model else PROMPT_LOOKUP,
                                        build=build_info(), n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=ngld,
                                        n_threads=n_threads or default_threads(), n_ctx=target.n_ctx,
+                                       flash_attn=_flash_attn(target, draft_model),
                                        **_rpc_settings(target_rpc, draft_rpc, split))
             saved = load(engine.cost_key)
             if saved:
@@ -179,6 +184,11 @@ def open_engine(
             draft_model.close()
         target.close()
         raise
+
+
+def _flash_attn(target: LlamaModel, draft: LlamaModel | None) -> str:
+    """Whether the models run flash attention, as they were made (an application's Llama has its own)."""
+    return ",".join(str(m.flash_attn) for m in (target, draft) if m is not None)
 
 
 def _rpc_settings(target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],

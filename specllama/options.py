@@ -197,6 +197,13 @@ def check_rpc_servers(value: object, name: str = "rpc_servers") -> tuple[str, ..
     return tuple(endpoints)
 
 
+def check_switch(value: object, name: str) -> bool:
+    """A load switch of the API (``flash_attn``, ``draft_lookup``): True or False."""
+    if not isinstance(value, bool):
+        raise SpecLlamaError(f"{name} must be True or False, got {value!r}", param=name)
+    return value
+
+
 def check_tensor_split(value: object, name: str = "tensor_split") -> tuple[float, ...] | None:
     """llama.cpp's tensor split: None, ``"N0,N1,..."`` (``,`` or ``/``
     between them, the ``--tensor-split`` flag's form) or a list of numbers:

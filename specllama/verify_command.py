@@ -16,9 +16,9 @@ from .cli_flags import (
     filter_options,
     generation_flags,
     grammar_options,
+    load_kwargs,
     load_options,
     penalty_options,
-    rpc_kwargs,
     rule_option,
     temp_option,
 )
@@ -53,17 +53,18 @@ def verify(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft,
     from .opener import open_engine
     from .selfcheck import format_report, run_verify
 
-    rpc = rpc_kwargs(o)
+    load = load_kwargs(o)
     draft_max, rule = o["draft_max"], o["rule"]
     generation_flags(o, adaptive=False)  # the sampling and penalty flags are checked before any model loads
     with open_engine(model, model_draft, pair=pair, use_draft=draft_max > 0, n_ctx=ctx_size,
                      n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-                     n_threads=threads, **rpc) as engine:
+                     n_threads=threads, **load) as engine:
         options = generation_flags(o, n_vocab=engine.target.n_vocab, n_ctx=engine.target.n_ctx, adaptive=False)
         settings = {"ctx_size": ctx_size, "n_gpu_layers": n_gpu_layers, "n_gpu_layers_draft": n_gpu_layers_draft,
                     "threads": threads or default_threads()}
-        for key, value in (("rpc", ",".join(rpc["rpc_servers"])), ("rpc_draft", ",".join(rpc["rpc_servers_draft"])),
-                           ("tensor_split", ",".join(f"{v:g}" for v in rpc["tensor_split"] or ()))):
+        for key, value in (("rpc", ",".join(load["rpc_servers"])), ("rpc_draft", ",".join(load["rpc_servers_draft"])),
+                           ("tensor_split", ",".join(f"{v:g}" for v in load["tensor_split"] or ())),
+                           ("flash_attn", "on" if load["flash_attn"] else "")):
             if value:
                 settings[key] = value  # recorded only when given: local reports stay as they were
         settings.update({k: o[k] for k in ("repeat_penalty", "repeat_last_n", "presence_penalty",

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from specllama import SpeculativeLlama
+from specllama.errors import SpecLlamaError
 from specllama.generate import generate
 from specllama.sampling import SamplingParams, to_probs
 
@@ -340,6 +341,12 @@ def test_bad_draft(tiny_pair):
     with pytest.raises(ValueError,
                        match=r"draft must be a GGUF path, a pair name or a llama_cpp.Llama or 'prompt-lookup', got 42"):
         SpeculativeLlama(tiny_pair[0], 42)
+
+
+def test_flash_attn_is_true_or_false(tiny_pair):
+    with pytest.raises(SpecLlamaError, match=r"^flash_attn must be True or False, got 'auto'$") as e:
+        SpeculativeLlama(tiny_pair[0], tiny_pair[1], flash_attn="auto")
+    assert e.value.param == "flash_attn"
 
 
 def test_missing_draft_file(tiny_pair):

@@ -104,6 +104,7 @@ def test_prompt_longer_than_context(tiny_pair):
         ("--draft-max", "-2", "Invalid value for '--draft-max' / '--spec-draft-n-max': -2 is not in the range x>=0."),
         ("--min-p", "2", "Invalid value for '--min-p': 2.0 is not in the range 0<=x<=1."),
         ("-n", "0", "0 generates nothing; use -1 (until the context is full) or a count >= 1"),
+        ("-fa", "auto", "Invalid value for '-fa' / '--flash-attn': 'auto' is not one of 'on', 'off'."),
     ],
 )
 def test_invalid_sampling_values(tiny_pair, flag, value, text):

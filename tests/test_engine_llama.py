@@ -125,6 +125,29 @@ def test_greedy_speculative_equals_target_only(engine, k, policy):
         assert len(engine.policy.ks_at_full_cap()) > 1  # the length did adapt
 
 
+def test_flash_attention_is_off_unless_asked_for(tiny_pair):
+    """Off by default (it widens the batch dependence of the rows: docs/flags.md); on, it reaches
+    llama.cpp and changes the logits a little."""
+    default = open_tiny_engine(tiny_pair)
+    assert not default.target.flash_attn and not default.draft.flash_attn
+    assert default.target.llama.context_params.flash_attn_type == 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    target, draft = tiny_pair
+    on = SpeculativeEngine(LlamaModel(target, n_ctx=TINY_CTX, n_threads=1, flash_attn=True),
+                           LlamaModel(draft, n_ctx=TINY_CTX, n_threads=1, flash_attn=True))
+    try:
+        assert on.target.flash_attn and on.draft.flash_attn
+        assert on.target.llama.context_params.flash_attn_type == 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+        tokens = default.target.tokenize(PROMPT)
+        off_rows = np.array(default.target.eval(tokens, n_logits=4))
+        on_rows = np.array(on.target.eval(tokens, n_logits=4))
+        assert 0 < np.abs(on_rows - off_rows).max() < 0.05
+        spec = generate(on, PROMPT, params=GREEDY, draft_max=4, max_tokens=32, adaptive=False)
+        assert len(spec.tokens) == 32 and spec.stats.n_drafted > 0
+    finally:
+        on.close()
+        default.close()
+
+
 # -- the first two tokens, against the target's exact law ----------------------
 
 

@@ -87,6 +87,9 @@ def test_costs_are_remembered_between_processes(tiny_pair, cache, monkeypatch):
     other = open_engine(*tiny_pair, n_ctx=128, warm_up=False)  # other settings: another key
     assert other.cost_key != key and other.policy.verify_seconds == {}
     other.close()
+    fa = open_engine(*tiny_pair, n_ctx=256, warm_up=False, flash_attn=True)  # flash attention changes costs
+    assert fa.cost_key != key and fa.policy.verify_seconds == {}
+    fa.close()
     monkeypatch.setenv("SPECLLAMA_COST_CACHE", "0")
     off = open_engine(*tiny_pair, n_ctx=256, warm_up=False)
     assert off.policy.verify_seconds == {}

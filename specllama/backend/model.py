@@ -72,6 +72,10 @@ class LlamaModel:
             stays on local devices.
         tensor_split: each device's share of the offloaded layers, in device
             order (RPC servers first).
+        flash_attn: flash attention (llama.cpp's ``-fa on``). Off by default:
+            on the CPU it makes a row's logits depend more on the batch it was
+            computed in (see benchmarks/numerics.py), so temperature-0 output
+            of (k+1)-row passes parts sooner from one-row decoding.
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class LlamaModel:
         verbose: bool = False,
         rpc_servers: Sequence[str] = (),
         tensor_split: Sequence[float] | None = None,
+        flash_attn: bool = False,
     ) -> None:
         self.path = check_gguf_file(path)
         self.rpc_servers: tuple[str, ...] = tuple(rpc_servers)
@@ -125,6 +130,7 @@ class LlamaModel:
                     # A full-size sliding-window cache, so rewinding after a
                     # rejection never needs a cell the window already dropped.
                     swa_full=True,
+                    flash_attn=flash_attn,
                     tensor_split=list(tensor_split) if tensor_split is not None else None,
                     verbose=verbose,
                 )
@@ -173,6 +179,8 @@ class LlamaModel:
         # llama.cpp may round the cache up; the context is what was asked for.
         self.n_ctx = min(requested, actual) if requested else actual
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        #: flash attention, as asked for (llama.cpp may still run it off on a device without it)
+        self.flash_attn = self.llama.context_params.flash_attn_type != llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}

@@ -78,7 +78,8 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
         adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, convention="openai",
         last_n_tokens_size=o["repeat_last_n"], rpc_servers=o["rpc"], rpc_servers_draft=o["rpc_draft"],
-        tensor_split=o["tensor_split"], cache_reuse=cache_reuse, draft_lookup=draft_lookup), max_queue=max_queue)
+        tensor_split=o["tensor_split"], flash_attn=o["flash_attn"] == "on", cache_reuse=cache_reuse,
+        draft_lookup=draft_lookup), max_queue=max_queue)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
