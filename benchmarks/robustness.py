@@ -11,6 +11,11 @@ held out from any tuning):
     default rule), and k = 4 run again as an A/A control (its ratio to the first
     k = 4 is the noise floor).
 
+--configs takes a subset, and "target-only (A/A)" as the control instead: where no
+draft length can pay (the coder pair on a few cores), the best fixed setting is
+target-only, and a round of target-only, the default and target-only's twin
+takes a fraction of the time fixed drafts need there.
+
 At temperature > 0 every configuration samples a text of its own from the same
 law (one random source serves drafting and acceptance, so another k or another
 adaptive choice draws another text), and a text's acceptance moves a run's
@@ -35,6 +40,7 @@ the third call on.
     python benchmarks/robustness.py                              # 20 rounds, demo, demo-chat, demo-coder
     python benchmarks/robustness.py --rounds 5 --pairs demo -n 128
     python benchmarks/robustness.py --long-lived --rounds 3
+    python benchmarks/robustness.py --pairs demo-coder --configs "target-only,default,target-only (A/A)"
     python benchmarks/robustness.py --save run.json ...   # then, even if stopped: --report run.json
                                         # (run.json also keeps each process's drafts, passes and text hash)
     python benchmarks/robustness.py --report a.json b.json   # the rounds of both runs pooled
@@ -68,8 +74,11 @@ CONFIGS = {
     "k=4": ["--draft-fixed", "--draft-max", "4"],
     "k=8": ["--draft-fixed", "--draft-max", "8"],
     "k=4 (A/A)": ["--draft-fixed", "--draft-max", "4"],
+    "target-only (A/A)": ["--draft-max", "0"],
 }
+DEFAULT_CONFIGS = ("target-only", "default", "k=2", "k=4", "k=8", "k=4 (A/A)")
 FIXED = ("k=2", "k=4", "k=8")
+TWINS = {"k=4 (A/A)": "k=4", "target-only (A/A)": "target-only"}  # an A/A control and what it repeats
 AA_SEED_OFFSET = 1000  # the A/A twin's seed at temperature > 0, after k = 4's (unless --aa-same-seed)
 # what --save keeps of each fresh process besides its speed (what a slow round did), and its text's hash
 DETAIL = ("tokens_per_second", "n_drafted", "n_accepted", "n_target_passes", "acceptance_by_position", "draft_seconds",
@@ -92,7 +101,7 @@ print(json.dumps({"load_seconds": load, "tokens_per_second": speeds}))
 """
 API_FLAGS = {"target-only": {"draft_max": 0}, "default": {}, "k=2": {"draft_max": 2, "adaptive": False},
              "k=4": {"draft_max": 4, "adaptive": False}, "k=8": {"draft_max": 8, "adaptive": False},
-             "k=4 (A/A)": {"draft_max": 4, "adaptive": False}}
+             "k=4 (A/A)": {"draft_max": 4, "adaptive": False}, "target-only (A/A)": {"draft_max": 0}}
 
 
 def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str) -> dict:
@@ -152,6 +161,9 @@ def main() -> None:
     ap.add_argument("--long-lived", action="store_true", help="10 consecutive API calls per process")
     ap.add_argument("--calls", type=int, default=10, help="API calls per process with --long-lived")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                    help="comma-separated, target-only and default among them and one A/A control "
+                         f"(default: all but target-only's twin); of: {', '.join(CONFIGS)}")
     ap.add_argument("--aa-same-seed", action="store_true",
                     help="at temperature > 0, run the A/A twin with k = 4's seed (its text; timing noise alone)")
     ap.add_argument("--json", action="store_true")
@@ -166,7 +178,7 @@ def main() -> None:
     pairs = args.pairs.split(",")
     temps = [float(t) for t in args.temps.split(",")]
     prompts = args.prompts.split(",")
-    configs = list(CONFIGS)
+    configs = check_configs(args.configs)
     first_counted = 2 if args.long_lived else 0  # from the third call on
 
     # values[(pair, temp)][config] = one value per round (the mean of its ABBA runs)
@@ -182,7 +194,7 @@ def main() -> None:
                     load: dict[str, list[float]] = {c: [] for c in configs}
                     for c in configs + configs[::-1]:  # A B ... B A
                         seed = args.seed + r
-                        if c == "k=4 (A/A)" and temp > 0 and not args.aa_same_seed:
+                        if c in TWINS and temp > 0 and not args.aa_same_seed:
                             seed += AA_SEED_OFFSET  # a text of its own, as every other configuration samples
                         if args.long_lived:
                             out = run_long_lived(pair, c, PROMPTS[kind], args.n, temp, seed, args.calls, tmp)
@@ -208,12 +220,27 @@ def main() -> None:
            args.json, runs)
 
 
+def check_configs(value: str) -> list[str]:
+    """--configs: known names, with target-only, the default and exactly one A/A control
+    and what it repeats."""
+    configs = value.split(",")
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"--configs: unknown {', '.join(map(repr, unknown))}; known: {', '.join(CONFIGS)}")
+    twins = [c for c in configs if c in TWINS]
+    if "target-only" not in configs or "default" not in configs or len(twins) != 1 or TWINS[twins[0]] not in configs:
+        raise SystemExit(f"--configs {value!r}: needs target-only, default, one A/A control ({', '.join(TWINS)}) "
+                         "and the configuration it repeats")
+    return configs
+
+
 def pooled(saved: list[dict]) -> tuple[list, list, dict, list]:
     """The rounds of several --save files as one run's (values, loads, args,
     runs): each pair and temperature's rounds, file after file. Runs of
     another length or mode do not pool."""
-    before = {"aa_same_seed": True}  # runs saved before --aa-same-seed existed ran the twin on k = 4's seed
-    keys = ("n", "long_lived", "calls", "aa_same_seed")
+    # runs saved before --aa-same-seed existed ran the twin on k = 4's seed; before --configs, all six
+    before = {"aa_same_seed": True, "configs": ",".join(DEFAULT_CONFIGS)}
+    keys = ("n", "long_lived", "calls", "aa_same_seed", "configs")
     first = before | saved[0]["args"]
     for data in saved[1:]:
         other = before | data["args"]
@@ -262,16 +289,18 @@ def report(values_list: list, loads_list: list, args: dict, as_json: bool, runs:
     processes' details, :func:`noise`)."""
     values = {(p, t): v for p, t, v in values_list}
     loads = {(p, t): v for p, t, v in loads_list}
-    configs = list(CONFIGS)
     rng = random.Random(args["seed"])
     rows = []
     for (pair, temp), cell in values.items():
-        best = max(FIXED, key=lambda c: statistics.median(cell[c]))  # chosen once, pooled over rounds
+        configs = list(cell)
+        # chosen once, pooled over rounds; without fixed draft lengths, target-only (where none can pay)
+        best = max((c for c in FIXED if c in cell), key=lambda c: statistics.median(cell[c]), default="target-only")
+        twin = next(c for c in TWINS if c in cell)
         n = len(cell["default"])
         ratios = {
             "default/best-fixed": [cell["default"][i] / cell[best][i] for i in range(n)],
             "default/target-only": [cell["default"][i] / cell["target-only"][i] for i in range(n)],
-            "A/A": [cell["k=4 (A/A)"][i] / cell["k=4"][i] for i in range(n)],
+            "A/A": [cell[twin][i] / cell[TWINS[twin]][i] for i in range(n)],
         }
         rows.append({
             "pair": pair, "temperature": temp, "best_fixed": best, "rounds": n,

@@ -61,6 +61,27 @@ def test_runs_of_another_length_do_not_pool(tmp_path):
     assert report(c, saved(tmp_path / "d.json", [[40, 60, 50, 55, 60, 55]], aa_same_seed=False)).returncode == 0
 
 
+def test_a_round_without_fixed_drafts_takes_target_only_as_the_best_and_its_twin_as_the_control(tmp_path):
+    """--configs "target-only,default,target-only (A/A)" (the coder pair, where no draft length pays)."""
+    configs = "target-only,default,target-only (A/A)"
+    cell = {"target-only": [40, 40, 50], "default": [39, 42, 45], "target-only (A/A)": [42, 40, 45]}
+    args = {"n": 256, "long_lived": False, "calls": 10, "seed": 1, "aa_same_seed": False, "configs": configs}
+    path = tmp_path / "coder.json"
+    path.write_text(json.dumps({"args": args, "values": [["demo-coder", 0.0, cell]],
+                                "loads": [["demo-coder", 0.0, {c: [1.0] * 3 for c in cell}]]}))
+    out = report(path)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["results"]
+    assert row["best_fixed"] == "target-only" and set(row["decode_tps_median"]) == set(cell)
+    assert row["ratios"]["default/best-fixed"]["median"] == pytest.approx(39 / 40)  # 0.975, 1.05, 0.9
+    assert row["ratios"]["A/A"]["p10"] == pytest.approx(0.9 + 0.2 * (1 - 0.9))  # 1.05, 1.0, 0.9
+    six = saved(tmp_path / "six.json", [[40, 60, 50, 55, 60, 55]], aa_same_seed=False)
+    out = report(path, six)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("--report: files of different runs (configs target-only,default,target-only (A/A) "
+                                  "vs target-only,default,k=2,k=4,k=8,k=4 (A/A)) do not pool")
+
+
 def run(config: str, tps: float, text: str, drafted: int, kept: int, passes: int, rnd: int = 1) -> dict:
     """One process's details as --save keeps them (demo, temperature 0)."""
     return {"round": rnd, "pair": "demo", "temperature": 0.0, "config": config, "prompt": "story", "seed": 1,
