@@ -70,7 +70,7 @@ def load_options(f):
                      help="The target's share of offloaded layers per device, RPC servers first, then GPUs "
                           "(e.g. 3,1)."),
         click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off"]), default="off",
-                     show_default=True,
+                     show_default=True, callback=lambda ctx, param, value: value == "on",
                      help="Flash attention in both models (llama.cpp's -fa). On the CPU about 2% faster, and "
                           "temperature-0 output parts sooner from one-row decoding (docs/flags.md)."),
     ])
@@ -92,7 +92,7 @@ def load_kwargs(o: dict) -> dict:
     """The RPC and flash-attention flags as open_engine's (and SpeculativeLlama's)
     keyword arguments; they are taken out of ``o``."""
     return {"rpc_servers": o.pop("rpc"), "rpc_servers_draft": o.pop("rpc_draft"),
-            "tensor_split": o.pop("tensor_split"), "flash_attn": o.pop("flash_attn") == "on"}
+            "tensor_split": o.pop("tensor_split"), "flash_attn": o.pop("flash_attn")}
 
 
 def filter_options(f):

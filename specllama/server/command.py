@@ -12,7 +12,7 @@ import os
 
 import click
 
-from ..cli_flags import boundary, chat_format_option, generation_flags, model_options, n_predict_option
+from ..cli_flags import boundary, chat_format_option, generation_flags, load_kwargs, model_options, n_predict_option
 from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, WEB_DIR, RequestDefaults, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -73,12 +73,12 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     log = logging.getLogger("specllama.server")
     if model is None and model_draft is None and pair is None:
         pair = DEMO_CHAT  # a server needs a chat template: the pair that can chat
+    load = load_kwargs(o)
     worker = Worker(lambda: SpeculativeLlama(
         model, model_draft, pair=pair, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
         adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, convention="openai",
-        last_n_tokens_size=o["repeat_last_n"], rpc_servers=o["rpc"], rpc_servers_draft=o["rpc_draft"],
-        tensor_split=o["tensor_split"], flash_attn=o["flash_attn"] == "on", cache_reuse=cache_reuse,
+        last_n_tokens_size=o["repeat_last_n"], cache_reuse=cache_reuse, **load,
         draft_lookup=draft_lookup), max_queue=max_queue)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
