@@ -5,6 +5,7 @@ saved files are written here."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,32 @@ def report_text(*files: Path) -> str:
     out = report(*files, as_json=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def test_how_often_identical_work_would_miss_the_goals_is_the_a_a_ratios_resampled(tmp_path):
+    """A default that did the control's very work varies as the A/A ratios
+    do: the report resamples them (2000 bootstrap draws of as many rounds) for
+    the share that would miss each goal. A/A ratios 0.9, 1.1, 0.9, 1.1 give,
+    exactly, 5/16 for a median below 0.97 (three or four of four draws at 0.9)
+    and 59/256 for a 10th percentile 0.03 below another draw's; 2000 draws put
+    a share within 0.04 of its exact value (four standard errors)."""
+    rounds = [[40, 60, 50, 50, 60, aa] for aa in (45, 55, 45, 55)]
+    (row,) = json.loads(report(saved(tmp_path / "a.json", rounds)).stdout)["results"]
+    assert row["ratios"]["A/A"]["median"] == pytest.approx(1.0)
+
+    def p10(js: int) -> float:  # the 10th percentile of 4 draws, js of them 0.9 (the report's interpolation)
+        xs = sorted([0.9] * js + [1.1] * (4 - js))
+        return xs[0] + 0.3 * (xs[1] - xs[0])
+
+    chance = {js: math.comb(4, js) / 16 for js in range(5)}
+    median_below = sum(chance[js] for js in (3, 4))
+    p10_below = sum(chance[i] * chance[j] for i in range(5) for j in range(5) if p10(i) < p10(j) - 0.03)
+    assert (median_below, p10_below) == (5 / 16, 59 / 256)
+    misses = row["identical_work_misses"]
+    assert misses["median_below"]["0.97"] == pytest.approx(median_below, abs=0.04)
+    assert misses["median_below"]["0.98"] == misses["median_below"]["0.97"]  # no median of draws lies between
+    assert misses["p10_below_control"] == pytest.approx(p10_below, abs=0.04)
+    assert "  identical work would miss: median < 0.97 in " in report_text(tmp_path / "a.json")
+    # no noise at all: never
+    (row,) = json.loads(report(saved(tmp_path / "b.json", [[40, 60, 50, 50, 60, 50]] * 4)).stdout)["results"]
+    assert row["identical_work_misses"] == {"median_below": {"0.97": 0.0, "0.98": 0.0}, "p10_below_control": 0.0}
