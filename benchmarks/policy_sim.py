@@ -96,6 +96,10 @@ def main() -> None:
     for name, rs in by_seed.items():
         print(f"{name}, {args.seeds} seeds: mean {np.mean(rs):.4f}, sd {np.std(rs, ddof=1):.4f}, "
               f"standard error {np.std(rs, ddof=1) / np.sqrt(len(rs)):.4f} ({' '.join(f'{r:.4f}' for r in rs)})")
+    late = sim.late_start_ratios()
+    print(f"a text whose first drafts miss, on a faster VM's costs ({len(late)} fresh processes): median "
+          f"{np.median(late):.4f}, 10th percentile {np.percentile(late, 10):.4f}, below 0.85: "
+          f"{sum(r < 0.85 for r in late)}")
     for kind in sim.TRACE_KINDS:
         ours, control = sim.trace_ratios(kind)
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "

@@ -426,3 +426,37 @@ def test_on_real_generations_the_worst_runs_stay_near_the_noise_floor(kind):
     outweighed, two passes of a five-pass generation."""
     ours, control = trace_ratios(kind)
     assert np.percentile(ours, 10) >= np.percentile(control, 10) - 0.03
+
+
+# The demo pair's costs on a faster VM (benchmarks/RESULTS.md, "A faster VM"; a target pass by rows
+# as benchmarks/policy_trace.py timed them, medians): a draft step 0.44x a target step and 2 rows
+# 1.5x one, so short drafts cannot pay there, only long ones at high acceptance.
+FAST_VM = Machine(rows=((1, 0.0394), (2, 0.058), (3, 0.064), (5, 0.072), (7, 0.080), (9, 0.093)),
+                  draft_step=0.0174, catch_up_per_token=0.00174, draft_two_tokens=0.0209)
+# robustness.py's story prompt at temperature 0 on the demo pair: the draft misses the first and
+# the sixth token, and agrees with every other (fixed k = 8 kept 226 of its 238 drafts)
+LATE_START = "0" + "1111" + "0" + "1" * 250
+LATE_START_PROCESSES = 48
+
+
+def late_start_ratios() -> list[float]:
+    """Fresh processes on ``FAST_VM`` replaying ``LATE_START`` (each its own
+    timing noise), each over fixed k = 8 on noiseless timings."""
+    best = tps([Run(FAST_VM, np.random.default_rng(0), fixed=CAP, noise=0.0).replay(LATE_START)])
+    return [tps([Run(FAST_VM, np.random.default_rng(seed), agree=0.94).replay(LATE_START)]) / best
+            for seed in range(LATE_START_PROCESSES)]
+
+
+@pytest.mark.xfail(strict=True, reason=f"{SHORT} median 0.966, 10th percentile 0.858, 5 of 48 processes below "
+                   "0.85 (one rejected first pass gives drafting up, and the catch-up's budget keeps probes off "
+                   "for the rest of the generation)")
+def test_a_text_whose_first_drafts_miss_does_not_end_drafting():
+    """Where the first pass keeps none of its drafts and the rest of the text
+    agrees (4 of 8 real fresh runs gave drafting up at pass 2-4 on such a text:
+    benchmarks/policy_trace.py), the policy still reaches 0.97 of fixed k = 8
+    at the median and 0.93 at the 10th percentile (the greedy traces' A/A
+    control's 10th percentile minus 0.03, rounded down). Fixed k = 8 is the
+    best fixed k here (k = 1 runs at 0.69 of it, target-only at 0.70)."""
+    ratios = late_start_ratios()
+    assert float(np.median(ratios)) >= 0.97
+    assert float(np.percentile(ratios, 10)) >= 0.93
