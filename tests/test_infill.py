@@ -212,14 +212,23 @@ def test_llama_vim_warm_up_then_completion(coder_http):
     assert got["timings/predicted_n"] >= 1 and isinstance(got["content"], str)
 
 
-def test_infill_at_temperature_zero_equals_target_only(coder_http):
-    """Greedy fill in the middle: speculative (k = 4, fixed) equals
-    target-only, token for token."""
+def test_infill_at_temperature_zero_speculative_and_target_only(coder_http):
+    """Greedy fill in the middle, speculative (k = 4, fixed) and target-only:
+    both complete, the first with drafts. Their texts are not compared token
+    for token on this pair: its Q4_K_M target computes other rows in a batch
+    of 5 than in a batch of 1 (up to 0.8 in a logit, docs/how-it-works.md),
+    so greedy texts may part at a near-tie, as this one did after about 40
+    characters on an AMD EPYC VM (2026-12-02) and did not on an Intel Xeon
+    one. Token-for-token equality with target-only is checked where
+    llama.cpp's rows allow it: the F32 demo, chat and tiny pairs
+    (tests/test_demo.py, tests/test_origins_and_chat_pair.py,
+    tests/test_engine_llama.py)."""
     body = vim_completion(temperature=0, samplers=["top_k", "top_p", "temperature", "infill"], n_indent=0,
                           response_fields=None, n_predict=24)
     spec = coder_http.post("/infill", json=body | {"speculative.n_max": 4}).json()
     alone = coder_http.post("/infill", json=body | {"speculative.n_max": 0}).json()
-    assert spec["content"] == alone["content"] and spec["tokens_predicted"] == alone["tokens_predicted"] > 0
+    assert spec["tokens_predicted"] > 0 and alone["tokens_predicted"] > 0
+    assert spec["content"] and alone["content"]
     assert spec["timings"]["draft_n"] > 0 == alone["timings"]["draft_n"]
     assert spec["generation_settings"]["n_ctx"] == 4096 and spec["stop"] is True and spec["model"]
     for key in ("tokens", "id_slot", "prompt", "has_new_line", "stop_type", "stopping_word", "tokens_evaluated"):

@@ -228,6 +228,10 @@ LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, fi
 # (benchmarks/policy_sim.py --seeds 8 prints each case over 8 seeds: a figure that moves with the seed
 # alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
+    0.5: "0.963 (8 seeds: 0.9605-0.9659, mean 0.964; 0.970, mean 0.969, before drafting was kept for 8 passes "
+         "where the warm-up's check says it pays: where that check agreed well by chance, a process now drafts 8 "
+         "passes at k = 1, 8% slower than target-only here, the price of not ending drafting on one rejected "
+         "pass, test_a_text_whose_first_drafts_miss_does_not_end_drafting)",
     FALLING: "0.967 (8 seeds: 0.965-0.968, mean 0.967; a position not yet tried is assumed as good as the "
              "one before, which rates falling by position contradict; real traces do not fall so)",
 }
@@ -249,7 +253,8 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
     drafting does not pay on the demo's costs; there k = 1 is 8% slower,
     about what the warm-up's 1-row timing can be off, and the policy read
-    0.966 until close calls timed target-only anew: 0.970 now)."""
+    0.966 until close calls timed target-only anew, then 0.970; 0.963 now:
+    SHORT_OF_GOAL)."""
     ratio, k_best = fresh_ratio(accept)
     assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7, FALLING: 2}[accept] or DEMO.expected_rate(
         k_best, accept) >= 0.99 * max(DEMO.expected_rate(k, accept) for k in range(CAP + 1))
@@ -447,16 +452,17 @@ def late_start_ratios() -> list[float]:
             for seed in range(LATE_START_PROCESSES)]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{SHORT} median 0.966, 10th percentile 0.858, 5 of 48 processes below "
-                   "0.85 (one rejected first pass gives drafting up, and the catch-up's budget keeps probes off "
-                   "for the rest of the generation)")
 def test_a_text_whose_first_drafts_miss_does_not_end_drafting():
     """Where the first pass keeps none of its drafts and the rest of the text
     agrees (4 of 8 real fresh runs gave drafting up at pass 2-4 on such a text:
     benchmarks/policy_trace.py), the policy still reaches 0.97 of fixed k = 8
     at the median and 0.93 at the 10th percentile (the greedy traces' A/A
     control's 10th percentile minus 0.03, rounded down). Fixed k = 8 is the
-    best fixed k here (k = 1 runs at 0.69 of it, target-only at 0.70)."""
+    best fixed k here (k = 1 runs at 0.69 of it, target-only at 0.70).
+    Measured: median 0.977, 10th percentile 0.955, none below 0.85; before
+    drafting was kept for 8 passes where the warm-up's check says it pays,
+    0.966, 0.858 and 5 of 48 (one rejected first pass gave drafting up, and
+    the catch-up's budget kept probes off for the rest of the generation)."""
     ratios = late_start_ratios()
     assert float(np.median(ratios)) >= 0.97
     assert float(np.percentile(ratios, 10)) >= 0.93
