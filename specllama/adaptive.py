@@ -198,6 +198,12 @@ def _best_drafting(rates: list[float]) -> int:
     return max(k for k in range(best, len(rates)) if rates[k] >= (1 - TIE) * rates[best])
 
 
+def _drafting_pays(accept: list[float], costs: list[float]) -> bool:
+    """Whether some k >= 1 beats target-only: more expected tokens per second
+    at acceptance ``accept`` (by position) with pass costs ``costs`` (k = 0..cap)."""
+    return max(expected_tokens(accept, k) / costs[k] for k in range(1, len(costs))) > 1 / costs[0]
+
+
 @dataclass
 class DraftLengthPolicy:
     """Online estimates and the choice they imply. One per engine, kept
@@ -417,8 +423,7 @@ class DraftLengthPolicy:
         if max(rates[1:]) > rates[0]:
             return rates, True
         z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
-        optimistic = self.optimistic_acceptances(cap, z)
-        return rates, max(expected_tokens(optimistic, k) / costs[k] for k in range(1, cap + 1)) > rates[0]
+        return rates, _drafting_pays(self.optimistic_acceptances(cap, z), costs)
 
     def _sure(self, cap: int) -> bool:
         """Enough evidence to give drafting up on the rates alone: ``MIN_EVIDENCE``
@@ -429,8 +434,7 @@ class DraftLengthPolicy:
             return True
         if not self.costs_known():
             return False
-        accept = [self.prior_accept] * cap
-        return max(expected_tokens(accept, k) / self.pass_cost(k) for k in range(1, cap + 1)) <= 1 / self.pass_cost(0)
+        return not _drafting_pays([self.prior_accept] * cap, [self.pass_cost(k) for k in range(cap + 1)])
 
     def take_probe(self) -> int:
         """Rows of a padded target-only pass to time now (0: none): asked for
