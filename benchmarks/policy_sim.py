@@ -100,6 +100,11 @@ def main() -> None:
     print(f"a text whose first drafts miss, on a faster VM's costs ({len(late)} fresh processes): median "
           f"{np.median(late):.4f}, 10th percentile {np.percentile(late, 10):.4f}, below 0.85: "
           f"{sum(r < 0.85 for r in late)}")
+    thin, drafting = sim.thin_margin_ratios()
+    print(f"the chat pair on a 2-core VM, its warm-up's 1-row passes timed {sim.CHAT_EPYC_WARM_UP_ONE_ROW:.2f}x the "
+          f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "
+          f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
+          f"{sum(d < 20 for d in drafting)}")
     for kind in sim.TRACE_KINDS:
         ours, control = sim.trace_ratios(kind)
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "

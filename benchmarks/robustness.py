@@ -84,6 +84,7 @@ FIXED = ("k=2", "k=4", "k=8")
 TWINS = {"k=4 (A/A)": "k=4", "target-only (A/A)": "target-only"}  # an A/A control and what it repeats
 AA_SEED_OFFSET = 1000  # the A/A twin's seed at temperature > 0, after k = 4's (unless --aa-same-seed)
 # what --save keeps of each fresh process besides its speed (what a slow round did), and its text's hash
+# (and, where it drafts, what its policy stood on: generate --json's "policy")
 DETAIL = ("tokens_per_second", "n_drafted", "n_accepted", "n_target_passes", "acceptance_by_position", "draft_seconds",
           "verify_seconds")
 PAIRS = ("demo", "demo-chat", "demo-coder")
@@ -123,7 +124,8 @@ def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed:
     data = json.loads(out.stdout)
     text = hashlib.sha256(data["text"].encode()).hexdigest()[:12]
     return {"tps": data["tokens_per_second"], "load": wall - data["seconds"],
-            "detail": {key: data[key] for key in DETAIL} | {"text": text}}
+            "detail": {key: data[key] for key in DETAIL} | {"text": text}
+            | ({"policy": data["policy"]} if "policy" in data else {})}
 
 
 def run_long_lived(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, calls: int,

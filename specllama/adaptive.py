@@ -54,6 +54,14 @@ Robust for a first-time user and in a long-lived process:
   (:meth:`DraftLengthPolicy.cannot_pay`, which the engine announces once) and
   re-measures the costs now and then with a padded target-only pass
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
+  Target-only passes alone do not reopen that verdict (a machine that got
+  busier would look like one where drafting pays), but where their timings
+  say it would turn, all kinds are timed again at once: ``RECHECK_PROBES``
+  padded passes with a draft step each, and every estimate is taken anew
+  from the latest timings of each kind (a warm-up whose 1-row passes were drawn
+  fast, 18.8 ms against 21.5 in real passes, put drafting below the margin
+  for a whole generation where fixed k = 8 ran 1.17-1.39x target-only: the
+  chat pair on a 2-core VM).
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
   most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
@@ -109,6 +117,20 @@ MAX_PROBE_GAP = 256  # after a fallback to k = 0 on acceptance, probes come ever
 COST_PROBE_GAP = 512  # when drafting cannot pay: passes before the costs are first measured again
 MAX_COST_PROBE_GAP = 4096  # ... and at most between two such measurements
 PROBE_BUDGET = 0.02  # a probe's catch-up may cost this share of the target-only time since the last probe
+# Cost probes in a row when target-only timings contradict a cannot-pay verdict (see the module's
+# docstring); a recheck that confirms the verdict makes the next wait twice as long, from RECHECK_GAP
+# passes up to COST_PROBE_GAP.
+RECHECK_PROBES = 3
+# ... and only where those timings put perfect acceptance this far above target-only: on the coder pair's
+# costs (0.94x) the noise of the latest timings alone started a recheck in 94 of 108 simulated fresh
+# processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2
+RECHECK_MARGIN = 0.2
+RECHECK_GAP = 32
+# ... and known costs decide that only where drafting at the prior rate falls short of target-only by
+# more than this share: within it, the verdict turns on the costs' noise (a warm-up's 1-row passes
+# timed 13% fast put the chat pair's best k at the prior 2-5% below target-only, and one rejection
+# then ended drafting for the generation, where fixed k = 8 ran 1.17-1.39x target-only)
+SURE_MARGIN = 0.10
 MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on unsure costs (or on known
 # costs, against a prior rate at which drafting would pay: :meth:`DraftLengthPolicy._sure`)
 DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
@@ -198,10 +220,11 @@ def _best_drafting(rates: list[float]) -> int:
     return max(k for k in range(best, len(rates)) if rates[k] >= (1 - TIE) * rates[best])
 
 
-def _drafting_pays(accept: list[float], costs: list[float]) -> bool:
+def _drafting_pays(accept: list[float], costs: list[float], margin: float = 0.0) -> bool:
     """Whether some k >= 1 beats target-only: more expected tokens per second
-    at acceptance ``accept`` (by position) with pass costs ``costs`` (k = 0..cap)."""
-    return max(expected_tokens(accept, k) / costs[k] for k in range(1, len(costs))) > 1 / costs[0]
+    at acceptance ``accept`` (by position) with pass costs ``costs`` (k = 0..cap),
+    or comes within ``margin`` of it."""
+    return (1 + margin) * max(expected_tokens(accept, k) / costs[k] for k in range(1, len(costs))) > 1 / costs[0]
 
 
 @dataclass
@@ -232,6 +255,11 @@ class DraftLengthPolicy:
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
+    _rechecking: int = 0  # cost probes left in a recheck of a cannot-pay verdict (all kinds timed at once)
+    _recheck_gap: int = RECHECK_GAP  # passes before another recheck may start
+    _recheck_at: int = -RECHECK_GAP  # the pass the last recheck started
+    rechecks: int = 0  # rechecks started, all told
+    warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
     # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
     # the one writer of verify_passes, clears it
@@ -385,15 +413,48 @@ class DraftLengthPolicy:
         if self._verdict is None:  # the costs of this moment, kept (see above)
             self._verdict = (self.draft_seconds, self.first_step_seconds,
                              {rows: self.verify_cost(rows) for rows in self.verify_passes})
-        draft, first, seconds = self._verdict
+        return self._cannot_pay_on(self._verdict, cap)
+
+    def _cannot_pay_on(self, costs: tuple[float, float, dict[int, float]], cap: int) -> bool:
+        draft, first, seconds = costs
         return cannot_pay(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds), cap,
                           first_seconds=first)
 
+    def _contradicted(self, cap: int) -> bool:
+        """Whether the latest target-only passes, timed dearer than the
+        verdict's 1-row pass, would turn the cannot-pay verdict on its other costs."""
+        draft, first, seconds = self._verdict
+        ones = self.verify_passes.get(1, ())
+        if len(ones) < TRUSTED:
+            return False
+        one = statistics.median(list(ones)[-TRUSTED:])
+        fresh = {**seconds, 1: one}
+        return one > seconds.get(1, math.inf) and not cannot_pay(
+            draft, lambda rows: fresh[rows] if rows in fresh else self._estimate(rows, fresh), cap, RECHECK_MARGIN,
+            first_seconds=first)
+
+    def _keep_latest(self, rows: int) -> None:
+        """A recheck's end: the draft steps, 1-row and ``rows``-row passes keep
+        only their latest ``TRUSTED`` timings (taken together), so that every
+        estimate, the verdict's and the choice's, rests on the same moment."""
+        for window in (self.draft_steps, self.verify_passes.get(1), self.verify_passes.get(rows)):
+            while window is not None and len(window) > TRUSTED:
+                window.popleft()
+        self._typical_verify = None
+        self._verdict = None
+
     def verdict(self, cap: int) -> str:
-        """The measured costs' verdict in words (:func:`cost_verdict`)."""
+        """The measured costs' verdict in words (:func:`cost_verdict`): on the
+        costs :meth:`cannot_pay` judges by where they are known, so the words
+        and the policy's choice agree."""
         if self.draft_seconds is None or 1 not in self.verify_passes:
             return "drafting not measured yet"
-        return cost_verdict(self.draft_seconds, self.verify_cost, cap, first_seconds=self.first_step_seconds)
+        self.cannot_pay(cap)  # keeps the costs of this moment where they are known
+        if self._verdict is None:
+            return cost_verdict(self.draft_seconds, self.verify_cost, cap, first_seconds=self.first_step_seconds)
+        draft, first, seconds = self._verdict
+        return cost_verdict(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds),
+                            cap, first_seconds=first)
 
     # -- the choice -------------------------------------------------------
 
@@ -434,7 +495,7 @@ class DraftLengthPolicy:
             return True
         if not self.costs_known():
             return False
-        return not _drafting_pays([self.prior_accept] * cap, [self.pass_cost(k) for k in range(cap + 1)])
+        return not _drafting_pays([self.prior_accept] * cap, [self.pass_cost(k) for k in range(cap + 1)], SURE_MARGIN)
 
     def take_probe(self) -> int:
         """Rows of a padded target-only pass to time now (0: none): asked for
@@ -469,8 +530,15 @@ class DraftLengthPolicy:
         self.since_probe += 1
         if self.cannot_pay(cap):
             # Even perfect acceptance cannot pay: target-only, and the costs
-            # measured again ever more rarely (up to a bound), in case the machine changes.
-            if self.since_probe >= self.cost_probe_gap:
+            # measured again ever more rarely (up to a bound), in case the machine changes,
+            # or at once where target-only timings say the verdict would turn (a recheck).
+            if self._rechecking:
+                self._probe_rows = cap + 1
+            elif self.passes - self._recheck_at >= self._recheck_gap and self._contradicted(cap):
+                self._rechecking, self._recheck_at = RECHECK_PROBES, self.passes
+                self.rechecks += 1
+                self._probe_rows = cap + 1
+            elif self.since_probe >= self.cost_probe_gap:
                 self.since_probe = 0
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
                 self._probe_rows = cap + 1
@@ -565,8 +633,19 @@ class DraftLengthPolicy:
     def observe_probe(self, rows: int, verify_seconds: float, draft_step_seconds: float | None) -> None:
         """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
         and one draft step, timed."""
-        self.observe_verify(rows, verify_seconds)
         self.behind += 1
+        if self._rechecking:
+            # a recheck keeps the verdict until its last probe, then takes it from the latest timings alone
+            self.observe_verify(rows, verify_seconds, reopen=False)
+            if draft_step_seconds is not None and draft_step_seconds > 0:
+                self.draft_steps.append(draft_step_seconds)
+            self._rechecking -= 1
+            if not self._rechecking:
+                self._keep_latest(rows)
+                if self.cannot_pay(rows - 1):
+                    self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+            return
+        self.observe_verify(rows, verify_seconds)
         if draft_step_seconds is not None and draft_step_seconds > 0:
             self.draft_steps.append(draft_step_seconds)
             self._verdict = None
@@ -595,6 +674,18 @@ class DraftLengthPolicy:
             for t in ts:
                 if t > 0:
                     self.observe_verify(int(rows), float(t))
+        kept = {f"{rows}_row_pass": statistics.median(ts) for rows, ts in verify.items() if ts}
+        if any(t > 0 for t in draft_steps):
+            kept["draft_step"] = statistics.median([t for t in draft_steps if t > 0])
+        self.warm_up_costs = kept
+
+    def describe(self, cap: int) -> dict:
+        """What the policy stands on after a generation, for ``--json`` and the
+        benchmarks' saved details: the warm-up's costs and prior rate, the costs'
+        verdict, and whether drafting was given up (on costs or on acceptance)."""
+        return {"prior_accept": self.prior_accept, "warm_up_ms": {n: 1000 * t for n, t in self.warm_up_costs.items()},
+                "cannot_pay": self.cannot_pay(cap), "gave_up": self.gave_up, "rechecks": self.rechecks,
+                "drafting_passes": self.drafting_passes, "verdict": self.verdict(cap)}
 
     # -- carried between processes ----------------------------------------
 

@@ -160,8 +160,9 @@ class SpeculativeEngine:
         if self.draft is not None and hasattr(self.draft, "warm_up"):
             self.draft.warm_up((1,))
         rows = [n for n in (1, cap + 1) if n in verify]
-        timings = _time_passes(self.target, rows)
-        steps = _time_passes(self.draft, [1]).get(1, []) if self.draft is not None and self.drafter else []
+        drafts = self.draft is not None and bool(self.drafter)
+        timings, steps = _time_passes([(self.target, rows), (self.draft if drafts else None, [1])])
+        steps = steps.get(1, [])
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
             observe(steps, timings)
@@ -468,27 +469,35 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
         target.rewind(0)
 
 
-def _time_passes(model, rows) -> dict[int, list[float]]:
-    """``WARM_UP_TIMINGS`` timings of a pass of each row count in ``rows``
-    after ``WARM_UP_CONTEXT`` tokens; the cache is left empty."""
-    if model is None or not rows:
-        return {}
-    token = max(getattr(model, "bos", 0), 0)
-    context = min(WARM_UP_CONTEXT, model.n_ctx - max(rows), model.n_batch)
-    if context < 1:
-        return {}
-    out: dict[int, list[float]] = {}
+def _time_passes(kinds) -> list[dict[int, list[float]]]:
+    """For each (model, rows) of ``kinds``: ``WARM_UP_TIMINGS`` timings of a
+    pass of each row count in ``rows`` after ``WARM_UP_CONTEXT`` tokens (rows
+    -> seconds; empty for a model None, or too small). Taken in turns, one
+    timing of every kind a turn: a slower stretch of the machine then weighs
+    on every kind alike (the policy weighs the kinds against each other),
+    not on one kind's five. The caches are left empty."""
+    setups = []
+    for model, rows in kinds:
+        context = 0
+        if model is not None and rows:
+            context = min(WARM_UP_CONTEXT, model.n_ctx - max(rows), model.n_batch)
+        setups.append((model, rows, context, max(getattr(model, "bos", 0), 0)))
+    out: list[dict[int, list[float]]] = [{} for _ in kinds]
+    timed = [(model, rows, context, token) for model, rows, context, token in setups if context >= 1]
     try:
-        model.rewind(0)
-        model.eval([token] * context, n_logits=0)
-        for n in rows:
-            for _ in range(WARM_UP_TIMINGS):
-                model.rewind(context)
-                t0 = time.perf_counter()
-                model.eval([token] * n, n_logits=n, copy=False)
-                out.setdefault(n, []).append(time.perf_counter() - t0)
+        for model, _, context, token in timed:
+            model.rewind(0)
+            model.eval([token] * context, n_logits=0)
+        for _ in range(WARM_UP_TIMINGS):
+            for i, (model, rows, context, token) in enumerate(setups):
+                for n in rows if context >= 1 else ():
+                    model.rewind(context)
+                    t0 = time.perf_counter()
+                    model.eval([token] * n, n_logits=n, copy=False)
+                    out[i].setdefault(n, []).append(time.perf_counter() - t0)
     finally:
-        model.rewind(0)
+        for model, *_ in timed:
+            model.rewind(0)
     return out
 
 

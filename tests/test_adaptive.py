@@ -15,6 +15,7 @@ from specllama.adaptive import (
     OUTLIER,
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
+    RECHECK_PROBES,
     START_K,
     TIE,
     TRUSTED,
@@ -255,3 +256,62 @@ def test_acceptance_estimates_follow_observations():
     for _ in range(100):
         p.observe(0, 0, 0.0, 0.04)
     assert [p.acceptance(i) for i in range(3)] == before
+
+
+def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds: float, step: float
+                    ) -> tuple[list[int], list[int]]:
+    """Drive the policy for ``passes`` passes as the engine does while it
+    decodes target-only (1-row passes of ``one_row``; a probe of padded rows
+    timed ``rows_seconds`` with a draft step of ``step``) until it drafts:
+    the passes that probed, and those that drafted."""
+    probed, drafted = [], []
+    for i in range(1, passes + 1):
+        k = p.choose(8)
+        rows = p.take_probe() if k == 0 else 0
+        if k:
+            drafted.append(i)
+            p.observe(k, k, k * step, rows_seconds)
+        elif rows:
+            probed.append(i)
+            p.observe_probe(rows, rows_seconds, step)
+        else:
+            p.observe(0, 0, 0.0, one_row)
+    return probed, drafted
+
+
+def warmed_up(one_row: float) -> DraftLengthPolicy:
+    """A draft step 10 ms, 9 rows 50 ms, 1 row ``one_row``, at load."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.010] * 5, {1: [one_row] * 5, 9: [0.050] * 5})
+    return p
+
+
+def test_target_only_timings_that_contradict_a_cannot_pay_verdict_time_every_cost_again():
+    """A warm-up that timed 1-row passes at 15 ms, with 9 rows 50 ms and a
+    draft step 10 ms: k = 8 at perfect acceptance makes 9 tokens in 130 ms
+    against 135 ms target-only, 1.04x, under the 10% margin: cannot pay. Real
+    target-only passes take 20 ms (1.38x: drafting pays). Target-only timings
+    alone do not reopen the verdict (a machine that got busier would look the
+    same), but once most of the latest TRUSTED 1-row timings say it would turn, the next
+    RECHECK_PROBES passes time 9 rows and a draft step, and the verdict is
+    taken from the latest timings of each kind: drafting from the pass after."""
+    p = warmed_up(0.015)
+    assert p.cannot_pay(8)
+    probed, drafted = run_target_only(p, 40, one_row=0.020, rows_seconds=0.050, step=0.010)
+    first = TRUSTED // 2 + 2  # the pass after the real 1-row timings that are most of the latest TRUSTED
+    assert probed == list(range(first, first + RECHECK_PROBES))
+    assert drafted[0] == first + RECHECK_PROBES and not p.cannot_pay(8) and p.rechecks == 1
+    assert p.verify_seconds[1] == pytest.approx(0.020)  # the warm-up's 1-row timings are dropped
+
+
+def test_a_machine_busier_in_every_cost_stays_target_only_after_a_recheck():
+    """The same warm-up, then every cost a third dearer (another process
+    started): the 1-row passes (20 ms) contradict the verdict, the recheck
+    times 9 rows at 66.7 ms and a draft step at 13.3 ms, and on those drafting
+    still cannot pay (9 tokens in 173 ms against 180): no pass drafts, and no
+    second recheck comes while nothing changes."""
+    p = warmed_up(0.015)
+    probed, drafted = run_target_only(p, 300, one_row=0.020, rows_seconds=0.050 * 4 / 3, step=0.010 * 4 / 3)
+    assert drafted == [] and p.cannot_pay(8)
+    first = TRUSTED // 2 + 2
+    assert probed == list(range(first, first + RECHECK_PROBES)) and p.rechecks == 1

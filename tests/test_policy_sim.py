@@ -82,9 +82,12 @@ class Run:
     """One process: a policy warmed up on the machine, then calls."""
 
     def __init__(self, machine: Machine, rng: np.random.Generator, policy: DraftLengthPolicy | None = None,
-                 fixed: int | None = None, noise: float = NOISE, agree: float | None = None) -> None:
+                 fixed: int | None = None, noise: float = NOISE, agree: float | None = None,
+                 warm_up_one_row: float = 1.0) -> None:
         """``agree``: the chance that the target agrees with a token of the
-        warm-up's greedy draft (None: the policy is not told)."""
+        warm-up's greedy draft (None: the policy is not told);
+        ``warm_up_one_row``: the warm-up's 1-row timings are this many times
+        what real passes take (one kind's timings off together)."""
         self.m, self.rng, self.fixed, self.noise = machine, rng, fixed, noise
         self.policy = policy or DraftLengthPolicy()
         self.lag = 0  # tokens the draft model has not evaluated
@@ -94,7 +97,8 @@ class Run:
         if fixed is None:
             self.policy.observe_warm_up(
                 [self.time(machine.draft_step) for _ in range(WARM_UP_TIMINGS)],
-                {rows: [self.time(machine.verify(rows)) for _ in range(WARM_UP_TIMINGS)] for rows in (1, CAP + 1)})
+                {rows: [self.time(machine.verify(rows)) * (warm_up_one_row if rows == 1 else 1.0)
+                        for _ in range(WARM_UP_TIMINGS)] for rows in (1, CAP + 1)})
             # the engine checks a short greedy draft where drafting may pay
             if agree is not None and AGREEMENT_CHECKED and not self.policy.cannot_pay(CAP):
                 self.policy.observe_agreement(int(rng.binomial(WARM_UP_DRAFTED, agree)), WARM_UP_DRAFTED)
@@ -228,10 +232,11 @@ LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, fi
 # (benchmarks/policy_sim.py --seeds 8 prints each case over 8 seeds: a figure that moves with the seed
 # alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
-    0.5: "0.963 (8 seeds: 0.9605-0.9659, mean 0.964; 0.970, mean 0.969, before drafting was kept for 8 passes "
-         "where the warm-up's check says it pays: where that check agreed well by chance, a process now drafts 8 "
-         "passes at k = 1, 8% slower than target-only here, the price of not ending drafting on one rejected "
-         "pass, test_a_text_whose_first_drafts_miss_does_not_end_drafting)",
+    0.5: "0.966 (0.963 before rechecks and SURE_MARGIN; 8 seeds then: 0.9605-0.9659, mean 0.964; 0.970, "
+         "mean 0.969, before drafting was kept for 8 passes where the warm-up's check says it pays: where "
+         "that check agreed well by chance, a process now drafts 8 passes at k = 1, 8% slower than "
+         "target-only here, the price of not ending drafting on one rejected pass, "
+         "test_a_text_whose_first_drafts_miss_does_not_end_drafting)",
     FALLING: "0.967 (8 seeds: 0.965-0.968, mean 0.967; a position not yet tried is assumed as good as the "
              "one before, which rates falling by position contradict; real traces do not fall so)",
 }
@@ -253,8 +258,8 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     best fixed k's tokens per second (k = 0 among them: at 50% acceptance
     drafting does not pay on the demo's costs; there k = 1 is 8% slower,
     about what the warm-up's 1-row timing can be off, and the policy read
-    0.966 until close calls timed target-only anew, then 0.970; 0.963 now:
-    SHORT_OF_GOAL)."""
+    0.966 until close calls timed target-only anew, then 0.970; 0.963 after
+    drafting was kept 8 passes, 0.966 now: SHORT_OF_GOAL)."""
     ratio, k_best = fresh_ratio(accept)
     assert k_best == {0.5: 0, 0.8: 1, 0.95: 4, 0.98: 7, FALLING: 2}[accept] or DEMO.expected_rate(
         k_best, accept) >= 0.99 * max(DEMO.expected_rate(k, accept) for k in range(CAP + 1))
@@ -466,3 +471,48 @@ def test_a_text_whose_first_drafts_miss_does_not_end_drafting():
     ratios = late_start_ratios()
     assert float(np.median(ratios)) >= 0.97
     assert float(np.percentile(ratios, 10)) >= 0.93
+
+
+# The chat pair (SmolLM2) on a 2-core AMD EPYC VM (benchmarks/RESULTS.md, "After the give-up fix", 30 traced
+# fresh processes: benchmarks/policy_trace.py --pair demo-chat --prompt code --temp 0): a real target-only
+# pass 21.5 ms, a 9-row pass 52 ms, a draft step 11.3 ms, a first step after a pass that kept all its
+# drafts 19.6 ms; the warm-up's 1-row passes took 18.8 ms (0.87x the real ones), and it checked 14 of 16
+# greedy tokens agreed. Drafting pays, but thinly on the warm-up's costs: perfect acceptance at k = 8
+# 1.07-1.18x target-only once the first step is timed, near the cannot-pay margin (10%).
+CHAT_EPYC = Machine(rows=((1, 0.0215), (9, 0.052)), draft_step=0.0113, catch_up_per_token=0.00113,
+                    draft_two_tokens=0.0196)
+CHAT_EPYC_WARM_UP_ONE_ROW = 18.8 / 21.5
+THIN_ACCEPT = 0.97  # the chat pair keeps 0.94-1.00 of its drafts at temperature 0 (the 30 traces)
+THIN_PROCESSES = 48
+
+
+def thin_margin_ratios(processes: int = THIN_PROCESSES) -> tuple[list[float], list[int]]:
+    """Fresh processes on ``CHAT_EPYC`` with the warm-up's fast 1-row
+    timings, each over the best fixed k on noiseless timings; and each
+    process's drafting passes."""
+    best = max(tps([Run(CHAT_EPYC, np.random.default_rng(0), fixed=k, noise=0.0).call(constant(THIN_ACCEPT))
+                    for _ in range(8)]) for k in range(CAP + 1))
+    ratios, drafting = [], []
+    for seed in range(processes):
+        run = Run(CHAT_EPYC, np.random.default_rng(seed), agree=14 / 16, warm_up_one_row=CHAT_EPYC_WARM_UP_ONE_ROW)
+        ratios.append(tps([run.call(constant(THIN_ACCEPT))]) / best)
+        drafting.append(run.drafting_passes)
+    return ratios, drafting
+
+
+def test_a_warm_up_that_times_one_row_fast_does_not_keep_drafting_off_where_it_pays():
+    """The chat pair's costs on a 2-core VM, where a warm-up's 1-row passes
+    timed 13% fast put drafting just under the cannot-pay margin, or its best
+    k at the prior rate just under target-only: real target-only passes then
+    contradict that verdict, all costs are timed again together (a recheck),
+    and one early rejection does not end drafting on a margin that thin
+    (SURE_MARGIN). Best fixed: k = 7, 1.16x target-only. Measured
+    (benchmarks/policy_sim.py): median 0.998, 10th percentile 0.948, lowest
+    0.884, every process drafting in at least 32 passes; before (at 63304cf:
+    --policy-from 63304cf): median 0.973, 10th percentile 0.879, 14 of 48
+    processes drafting in fewer than 20 passes (as the real run that drafted
+    nothing in 256 passes)."""
+    ratios, drafting = thin_margin_ratios()
+    assert float(np.median(ratios)) >= 0.97
+    assert float(np.percentile(ratios, 10)) >= 0.93
+    assert min(drafting) >= 20
