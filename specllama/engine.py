@@ -161,7 +161,8 @@ class SpeculativeEngine:
             self.draft.warm_up((1,))
         rows = [n for n in (1, cap + 1) if n in verify]
         drafts = self.draft is not None and bool(self.drafter)
-        timings, steps = _time_passes([(self.target, rows), (self.draft if drafts else None, [1])])
+        # in a generation's order: a draft step, then a verify pass of many rows, then one row after a target pass
+        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, rows[::-1])])
         steps = steps.get(1, [])
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
@@ -473,9 +474,9 @@ def _time_passes(kinds) -> list[dict[int, list[float]]]:
     """For each (model, rows) of ``kinds``: ``WARM_UP_TIMINGS`` timings of a
     pass of each row count in ``rows`` after ``WARM_UP_CONTEXT`` tokens (rows
     -> seconds; empty for a model None, or too small). Taken in turns, one
-    timing of every kind a turn: a slower stretch of the machine then weighs
-    on every kind alike (the policy weighs the kinds against each other),
-    not on one kind's five. The caches are left empty."""
+    timing of every kind a turn, in the order given: a slower stretch of the
+    machine then weighs on every kind alike (the policy weighs the kinds
+    against each other), not on one kind's five. The caches are left empty."""
     setups = []
     for model, rows in kinds:
         context = 0
