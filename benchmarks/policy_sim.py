@@ -100,6 +100,10 @@ def main() -> None:
     print(f"a text whose first drafts miss, on a faster VM's costs ({len(late)} fresh processes): median "
           f"{np.median(late):.4f}, 10th percentile {np.percentile(late, 10):.4f}, below 0.85: "
           f"{sum(r < 0.85 for r in late)}")
+    for accept in (0.5, 0.8, 0.95):
+        ratio, drafting, passes, rechecks = sim.cannot_pay_run(accept)
+        print(f"the coder pair's costs (drafting cannot pay), acceptance {accept}: {ratio:.4f} of target-only, "
+              f"drafting in {drafting} of {passes} passes, rechecks {rechecks} in {sim.RUNS} fresh processes")
     thin, drafting = sim.thin_margin_ratios()
     print(f"the chat pair on a 2-core VM, its warm-up's 1-row passes timed {sim.CHAT_EPYC_WARM_UP_ONE_ROW:.2f}x the "
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "
