@@ -415,10 +415,14 @@ class DraftLengthPolicy:
                              {rows: self.verify_cost(rows) for rows in self.verify_passes})
         return self._cannot_pay_on(self._verdict, cap)
 
-    def _cannot_pay_on(self, costs: tuple[float, float, dict[int, float]], cap: int) -> bool:
+    def _rows_cost(self, seconds: dict[int, float]):
+        """rows -> seconds: the row counts in ``seconds``, the others estimated from them."""
+        return lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds)
+
+    def _cannot_pay_on(self, costs: tuple[float, float, dict[int, float]], cap: int,
+                       margin: float = PAY_MARGIN) -> bool:
         draft, first, seconds = costs
-        return cannot_pay(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds), cap,
-                          first_seconds=first)
+        return cannot_pay(draft, self._rows_cost(seconds), cap, margin, first_seconds=first)
 
     def _contradicted(self, cap: int) -> bool:
         """Whether the latest target-only passes, timed dearer than the
@@ -428,10 +432,8 @@ class DraftLengthPolicy:
         if len(ones) < TRUSTED:
             return False
         one = statistics.median(list(ones)[-TRUSTED:])
-        fresh = {**seconds, 1: one}
-        return one > seconds.get(1, math.inf) and not cannot_pay(
-            draft, lambda rows: fresh[rows] if rows in fresh else self._estimate(rows, fresh), cap, RECHECK_MARGIN,
-            first_seconds=first)
+        return one > seconds.get(1, math.inf) and not self._cannot_pay_on((draft, first, {**seconds, 1: one}), cap,
+                                                                          RECHECK_MARGIN)
 
     def _keep_latest(self, rows: int) -> None:
         """A recheck's end: the draft steps, 1-row and ``rows``-row passes keep
@@ -453,8 +455,7 @@ class DraftLengthPolicy:
         if self._verdict is None:
             return cost_verdict(self.draft_seconds, self.verify_cost, cap, first_seconds=self.first_step_seconds)
         draft, first, seconds = self._verdict
-        return cost_verdict(draft, lambda rows: seconds[rows] if rows in seconds else self._estimate(rows, seconds),
-                            cap, first_seconds=first)
+        return cost_verdict(draft, self._rows_cost(seconds), cap, first_seconds=first)
 
     # -- the choice -------------------------------------------------------
 
@@ -634,21 +635,19 @@ class DraftLengthPolicy:
         """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
         and one draft step, timed."""
         self.behind += 1
-        if self._rechecking:
-            # a recheck keeps the verdict until its last probe, then takes it from the latest timings alone
-            self.observe_verify(rows, verify_seconds, reopen=False)
-            if draft_step_seconds is not None and draft_step_seconds > 0:
-                self.draft_steps.append(draft_step_seconds)
+        # a recheck keeps the verdict until its last probe, then takes it from the latest timings alone
+        rechecking = self._rechecking > 0
+        self.observe_verify(rows, verify_seconds, reopen=not rechecking)
+        if draft_step_seconds is not None and draft_step_seconds > 0:
+            self.draft_steps.append(draft_step_seconds)
+            if not rechecking:
+                self._verdict = None
+        if rechecking:
             self._rechecking -= 1
             if not self._rechecking:
                 self._keep_latest(rows)
                 if self.cannot_pay(rows - 1):
                     self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
-            return
-        self.observe_verify(rows, verify_seconds)
-        if draft_step_seconds is not None and draft_step_seconds > 0:
-            self.draft_steps.append(draft_step_seconds)
-            self._verdict = None
 
     def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
         """The draft model evaluated ``n_tokens`` it had skipped (target-only
