@@ -23,23 +23,28 @@ Robust for a first-time user and in a long-lived process:
   (decayed) record refines only as its evidence grows (``LEAN_WEIGHT``),
   starting from a prior rate set by the warm-up's check of a short greedy
   draft (``WARM_UP_AGREEMENT_WEIGHT``; the constant ``PRIOR_ACCEPT`` alone
-  without it);
+  without it), which weighs as many positions as it checked tokens
+  (``CHECKED_TOKEN_WEIGHT``);
   near-ties go to the longer draft (``TIE``). Giving drafting up uses an
   upper confidence bound of each rate, so a position tried rarely (or never)
   is assumed as good as it may plausibly be, and a few early rejections do
   not end drafting: longer drafts keep being tried while they might pay.
-  Where drafting would pay at the warm-up's prior rate, it is not given up
-  before ``MIN_EVIDENCE`` drafting passes: a text whose first drafts miss
-  (one rejected first position moved the pooled rate from 0.93 to 0.74, and
-  on costs where only long drafts pay that ended drafting after one pass, in
-  4 of 8 real runs of one prompt) does not decide the whole generation.
+  Drafting is not given up on the acceptance seen before ``MIN_EVIDENCE``
+  drafting passes (only :meth:`DraftLengthPolicy.cannot_pay` ends it at
+  once): a text whose first drafts miss (one rejected first position moved
+  the pooled rate from 0.93 to 0.74, and on costs where only long drafts pay
+  that ended drafting after one pass, in 4 of 8 real runs of one prompt)
+  does not decide the whole generation, nor does a warm-up's prior rate on
+  its costs alone. The choice is optimistic about positions not tried yet
+  (``UNTRIED_OPTIMISM``), so a longer draft is tried after early misses.
   Records fade with every drafting pass, also those of positions not
   reached, so an old verdict on a position is forgotten.
 - Costs: the median of the recent timings of each kind (a draft step; a
   pass's first draft step; a verify pass of each row count), started from
-  the warm-up at load (the median of >= 3 timings each of a 1-row pass, a
-  (cap+1)-row pass and a draft step). Row counts timed too rarely are estimated from their
-  neighbours, optimistically, so they get measured.
+  the warm-up at load (the median of >= 3 timings each of a draft step and
+  of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Row
+  counts timed too rarely are estimated from their neighbours,
+  optimistically, so they get measured.
 - Close calls: where the best draft length's expected gain over target-only
   is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
   times only its own side (a 1-row pass is timed by target-only passes alone):
@@ -91,11 +96,17 @@ PRIOR_WEIGHT = 4.0
 # The warm-up at load has the draft write a short text and the target check it in one batch
 # (engine.py). The prior rate becomes the mean of the tokens' agreement, each token weighing
 # this much, and PRIOR_ACCEPT weighing PRIOR_WEIGHT: 16 of 16 agreed give 0.983, 8 of 16
-# 0.539. (The prior rate as a whole still weighs PRIOR_WEIGHT positions against those
-# observed.) A fresh process then starts near the pair's own rate, not at k = 2-3 for the
+# 0.539. A fresh process then starts near the pair's own rate, not at k = 2-3 for the
 # passes the constant prior takes to be outweighed (the worst replays of short texts in
 # tests/test_policy_sim.py).
 WARM_UP_AGREEMENT_WEIGHT = 2.0
+# ... and in the pooled rate the prior then weighs PRIOR_WEIGHT plus this many positions per token
+# checked: the check is evidence of the kind a pass gives (a draft token the target agrees with or
+# not), 16 tokens of it. Weighing PRIOR_WEIGHT alone, a text's first two missed drafts (the story
+# prompt's first and sixth tokens on the demo pair, the chat prompt's first and tenth on demo-chat)
+# put the pooled rate at 0.70 after four positions, and a fresh process drafted 1-3 tokens a pass
+# for 12 passes where fixed k = 8 kept 97% of the rest (benchmarks/RESULTS.md).
+CHECKED_TOKEN_WEIGHT = 1.0
 # A position's estimate leans on the one before it (position 0: on the pooled rate) with
 # this weight: its own record departs from that only once it outweighs 16 passes. Real
 # rejections fall at hard tokens of the text, at whatever position they land, so one
@@ -104,6 +115,11 @@ WARM_UP_AGREEMENT_WEIGHT = 2.0
 LEAN_WEIGHT = 16.0
 DECAY = 0.99  # at each drafting pass, older acceptance observations fade
 OPTIMISM = 0.0  # the choice among draft lengths uses estimate + OPTIMISM standard errors
+# ... and a position not tried yet (its decayed count of tries under one) at estimate + this many: after a text's
+# first drafts missed, the estimates sat near 0.8, the choice stayed at k = 1-3 and positions past it were never
+# tried, for 12-20 passes where fixed k = 8 kept 97% of the rest (the chat pair: 40-56 passes against fixed k = 8's
+# 32); at one standard error, one longer draft gets tried, and its record then speaks for it
+UNTRIED_OPTIMISM = 1.0
 FALLBACK_OPTIMISM = 1.0  # ... and drafting is given up only if it cannot pay at estimate + this many
 RESUME_OPTIMISM = 0.5  # ... and once given up, taken up again only if it pays at estimate + this many
 PRIOR_ROW_SLOPE = 0.1  # each extra verify row costs this share of one row, until measured
@@ -126,13 +142,7 @@ RECHECK_PROBES = 3
 # processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2
 RECHECK_MARGIN = 0.2
 RECHECK_GAP = 32
-# ... and known costs decide that only where drafting at the prior rate falls short of target-only by
-# more than this share: within it, the verdict turns on the costs' noise (a warm-up's 1-row passes
-# timed 13% fast put the chat pair's best k at the prior 2-5% below target-only, and one rejection
-# then ended drafting for the generation, where fixed k = 8 ran 1.17-1.39x target-only)
-SURE_MARGIN = 0.10
-MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on unsure costs (or on known
-# costs, against a prior rate at which drafting would pay: :meth:`DraftLengthPolicy._sure`)
+MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on the acceptance seen
 DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
 VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
@@ -156,6 +166,17 @@ def typical(timings) -> float:
     does not count (timings only err upward that far)."""
     fastest = min(timings)
     return statistics.median([t for t in timings if t <= OUTLIER * fastest])
+
+
+def warm_up_rows(cap: int) -> tuple[int, ...]:
+    """The target passes the warm-up at load times (row counts): one row, two
+    and ``cap`` + 1. A second row costs far more than each row after it
+    (llama.cpp leaves its one-row path; 1.46x one row on the demo pair's F32
+    target on 2 cores, then about 0.11x per row to 2.37x at 9 rows;
+    benchmarks/RESULTS.md), so a straight line through 1 and ``cap`` + 1 rows
+    put short drafts 20% too cheap, and a fresh process whose first drafts
+    missed lingered at k = 1-3 on a text where k = 8 paid."""
+    return tuple(sorted({1, 2, cap + 1})) if cap >= 1 else (1,)
 
 
 def expected_tokens(accept: list[float], k: int) -> float:
@@ -251,6 +272,7 @@ class DraftLengthPolicy:
     behind: int = 0  # tokens the draft model has not evaluated (passes without drafts, a prompt not fed to it)
     gave_up: bool = False  # drafting was given up on the acceptance seen (resuming then asks for more)
     prior_accept: float = PRIOR_ACCEPT  # acceptance assumed before any is observed (the warm-up's, once measured)
+    prior_weight: float = PRIOR_WEIGHT  # positions the prior rate weighs in the pooled rate (more once checked)
     # the costs cannot_pay judges by: (draft step, first step, rows -> seconds), kept until
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
@@ -295,7 +317,7 @@ class DraftLengthPolicy:
     def pooled(self) -> float:
         """Acceptance over all positions observed (the prior before any)."""
         tried = sum(self.tried)
-        return (sum(self.accepted) + self.prior_accept * PRIOR_WEIGHT) / (tried + PRIOR_WEIGHT)
+        return (sum(self.accepted) + self.prior_accept * self.prior_weight) / (tried + self.prior_weight)
 
     def acceptance(self, i: int) -> float:
         """Estimated P(accept position i | positions before it accepted)."""
@@ -479,7 +501,7 @@ class DraftLengthPolicy:
         acceptance rates ``FALLBACK_OPTIMISM`` standard errors above the
         estimates (a few early rejections do not end drafting)."""
         # a position's estimate depends only on those before it: the cap's list serves every k
-        accept = self.optimistic_acceptances(cap, OPTIMISM)
+        accept = self._choice_acceptances(cap)
         costs = [self.pass_cost(k) for k in range(cap + 1)]  # once per choice, for both sets of estimates
         rates = [expected_tokens(accept, k) / costs[k] for k in range(cap + 1)]
         if max(rates[1:]) > rates[0]:
@@ -487,16 +509,23 @@ class DraftLengthPolicy:
         z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
         return rates, _drafting_pays(self.optimistic_acceptances(cap, z), costs)
 
+    def _choice_acceptances(self, cap: int) -> list[float]:
+        """The acceptance rates the choice weighs draft lengths by: each
+        position's estimate plus ``OPTIMISM`` standard errors, or
+        ``UNTRIED_OPTIMISM`` for a position not tried yet."""
+        plain = self.optimistic_acceptances(cap, OPTIMISM)
+        bold = self.optimistic_acceptances(cap, UNTRIED_OPTIMISM)
+        return [a if i < len(self.tried) and self.tried[i] >= 1.0 else b for i, (a, b) in enumerate(zip(plain, bold))]
+
     def _sure(self, cap: int) -> bool:
-        """Enough evidence to give drafting up on the rates alone: ``MIN_EVIDENCE``
-        drafting passes, or known costs on which drafting would not pay at the
-        prior rate either (a few passes that contradict a warm-up check where
-        the pair agreed do not end drafting)."""
-        if self.drafting_passes >= MIN_EVIDENCE:
-            return True
-        if not self.costs_known():
-            return False
-        return not _drafting_pays([self.prior_accept] * cap, [self.pass_cost(k) for k in range(cap + 1)], SURE_MARGIN)
+        """Enough evidence to give drafting up on the rates alone:
+        ``MIN_EVIDENCE`` drafting passes. (Not the warm-up's costs and prior
+        rate alone: on a 2-core VM whose warm-up timed a 9-row pass at 54.6 ms
+        and a draft step at 11.8, where the chat pair's passes took 46 and
+        10.4, a prior of 0.872 from a check that missed 2 of its first 16
+        tokens, where the text kept 97%, ended drafting at the first pass in 2
+        of 8 runs, 0.75x of fixed k = 8.)"""
+        return self.drafting_passes >= MIN_EVIDENCE
 
     def take_probe(self) -> int:
         """Rows of a padded target-only pass to time now (0: none): asked for
@@ -660,10 +689,12 @@ class DraftLengthPolicy:
         """The warm-up's check: of ``n`` tokens the draft wrote greedily,
         ``agreed`` were the target's greedy choice too. The prior rate becomes
         their mean, each token weighing ``WARM_UP_AGREEMENT_WEIGHT`` against
-        ``PRIOR_ACCEPT`` weighing ``PRIOR_WEIGHT``."""
+        ``PRIOR_ACCEPT`` weighing ``PRIOR_WEIGHT``; in the pooled rate it then
+        weighs ``PRIOR_WEIGHT`` + ``CHECKED_TOKEN_WEIGHT`` x ``n`` positions."""
         if n > 0:
             w = WARM_UP_AGREEMENT_WEIGHT
             self.prior_accept = (w * agreed + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * n + PRIOR_WEIGHT)
+            self.prior_weight = PRIOR_WEIGHT + CHECKED_TOKEN_WEIGHT * n
 
     def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
         """Timings taken at load: draft steps, and rows -> passes."""

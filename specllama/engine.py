@@ -151,17 +151,20 @@ class SpeculativeEngine:
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
         generation, and give the policy the median of ``WARM_UP_TIMINGS``
-        timings each of a 1-row and a (cap+1)-row target pass and of a draft
-        step, with ``WARM_UP_CONTEXT`` tokens in the cache, and the share of a
+        timings each of the target passes of :func:`~specllama.adaptive.warm_up_rows`
+        (1, 2 and cap + 1 rows) and of a draft step, with ``WARM_UP_CONTEXT`` tokens in the cache, and the share of a
         short greedy draft that the target agrees with (:func:`_draft_agreement`;
         not measured where even perfect acceptance cannot pay on these costs,
         which is then said once in the log)."""
-        verify = self.target.warm_up((1, cap + 1)) if hasattr(self.target, "warm_up") else {}  # cold passes
+        from .adaptive import warm_up_rows  # here: benchmarks/policy_sim.py loads older policies without it
+
+        timed = warm_up_rows(cap)
+        verify = self.target.warm_up(timed) if hasattr(self.target, "warm_up") else {}  # cold passes
         if self.draft is not None and hasattr(self.draft, "warm_up"):
             self.draft.warm_up((1,))
-        rows = [n for n in (1, cap + 1) if n in verify]
+        rows = [n for n in timed if n in verify]
         drafts = self.draft is not None and bool(self.drafter)
-        # in a generation's order: a draft step, then a verify pass of many rows, then one row after a target pass
+        # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass)
         steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, rows[::-1])])
         steps = steps.get(1, [])
         observe = getattr(self.policy, "observe_warm_up", None)

@@ -53,7 +53,7 @@ def test_json_says_what_the_draft_lengths_rested_on(tiny_pair):
     policy = out["policy"]
     assert set(policy) == {"prior_accept", "warm_up_ms", "cannot_pay", "gave_up", "rechecks", "drafting_passes",
                            "verdict"}
-    assert set(policy["warm_up_ms"]) == {"1_row_pass", "9_row_pass", "draft_step"}
+    assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step"}
     assert min(policy["warm_up_ms"].values()) > 0
     assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay"] else "drafting can pay")
     assert policy["drafting_passes"] == (out["tried_at"][0] if out["tried_at"] else 0)  # each reaches position 0
