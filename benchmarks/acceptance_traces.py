@@ -22,6 +22,12 @@ acceptance; block verification, the default, keeps a little more.)
     python benchmarks/acceptance_traces.py --pairs demo,demo-chat -n 256 \
         --sampled 0.8 --out tests/data/acceptance_traces.json
 
+``--costs-only`` measures the costs alone (no traces) and prints each row
+count's pass as a multiple of one row's: how far a target pass's cost is from
+a straight line through 1 and 9 rows (the warm-up times 1, 2 and 9 rows).
+
+    python benchmarks/acceptance_traces.py --pairs demo,demo-chat --costs-only --out costs.json
+
 The prompts are not robustness.py's held-out ones. The target's text is decoded
 one token at a time and the draft's rows in one batch, where the engine
 verifies in batches: at a near-tie the two can differ by batch
@@ -129,12 +135,24 @@ def costs(target, draft) -> dict:
             "draft_step_seconds": statistics.median(steps), "draft_two_token_seconds": statistics.median(pairs)}
 
 
+def cost_line(pair: str, costs_of: dict) -> str:
+    """One pair's costs in words: each row count's pass in ms and as a multiple
+    of one row's (and of a straight line's through 1 and 9 rows)."""
+    v = {int(r): t for r, t in costs_of["verify_seconds"].items()}
+    line = {r: v[1] + (v[9] - v[1]) * (r - 1) / 8 for r in v}
+    rows = ", ".join(f"{r}: {1000 * t:.1f} ms {t / v[1]:.2f}x (line {line[r] / v[1]:.2f}x)"
+                     for r, t in sorted(v.items()))
+    return (f"{pair}: target pass by rows {rows}; draft step {1000 * costs_of['draft_step_seconds']:.1f} ms, "
+            f"two tokens {1000 * costs_of['draft_two_token_seconds']:.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", default="demo,demo-chat")
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--out", required=True)
     ap.add_argument("--sampled", type=float, metavar="T", help="also record sampled traces at this temperature")
+    ap.add_argument("--costs-only", action="store_true", help="measure and print the costs alone, no traces")
     args = ap.parse_args()
     os.environ.setdefault("SPECLLAMA_COST_CACHE", "0")
     from specllama import SpeculativeLlama
@@ -143,6 +161,10 @@ def main() -> None:
     for pair in args.pairs.split(","):
         with SpeculativeLlama(pair=pair, adaptive=False) as llm:
             target, draft = llm.engine.target, llm.engine.draft
+            if args.costs_only:
+                out["pairs"][pair] = costs_of = costs(target, draft)
+                print(cost_line(pair, costs_of), flush=True)
+                continue
             traces = {}
             for name, prompt in PROMPTS.items():
                 traces[name] = trace(target, draft, prompt, args.n)
