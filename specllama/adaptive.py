@@ -171,11 +171,12 @@ def typical(timings) -> float:
 def warm_up_rows(cap: int) -> tuple[int, ...]:
     """The target passes the warm-up at load times (row counts): one row, two
     and ``cap`` + 1. A second row costs far more than each row after it
-    (llama.cpp leaves its one-row path; 1.46x one row on the demo pair's F32
-    target on 2 cores, then about 0.11x per row to 2.37x at 9 rows;
-    benchmarks/RESULTS.md), so a straight line through 1 and ``cap`` + 1 rows
-    put short drafts 20% too cheap, and a fresh process whose first drafts
-    missed lingered at k = 1-3 on a text where k = 8 paid."""
+    (llama.cpp leaves its one-row path): on a 2-core VM both demo pairs'
+    2-row passes took 1.60x one row, where a straight line through 1 and 9
+    rows (2.63x, 2.66x) says 1.20x (benchmarks/RESULTS.md, "Short drafts'
+    real cost"). On that line short drafts looked a quarter too cheap, and
+    a fresh process whose first drafts missed lingered at k = 1-3 on a text
+    where k = 8 paid."""
     return tuple(sorted({1, 2, cap + 1})) if cap >= 1 else (1,)
 
 
@@ -523,8 +524,9 @@ class DraftLengthPolicy:
         rate alone: on a 2-core VM whose warm-up timed a 9-row pass at 54.6 ms
         and a draft step at 11.8, where the chat pair's passes took 46 and
         10.4, a prior of 0.872 from a check that missed 2 of its first 16
-        tokens, where the text kept 97%, ended drafting at the first pass in 2
-        of 8 runs, 0.75x of fixed k = 8.)"""
+        tokens, where the text kept 97%, gave drafting up at the first or
+        second pass in 4 of 8 runs: benchmarks/RESULTS.md, "Short drafts' real
+        cost".)"""
         return self.drafting_passes >= MIN_EVIDENCE
 
     def take_probe(self) -> int:
