@@ -340,20 +340,23 @@ class DraftLengthPolicy:
             out.append(prior)
         return out
 
-    def optimistic_acceptances(self, k: int, z: float | None = None) -> list[float]:
+    def optimistic_acceptances(self, k: int, z: float | None = None, z_untried: float | None = None) -> list[float]:
         """The estimates plus ``z`` standard errors each (a position tried
         rarely or never is given the benefit of the doubt; the margin shrinks
-        as its record grows)."""
+        as its record grows); ``z_untried`` (None: ``z``) for a position not
+        tried yet (its decayed count of tries under one)."""
         z = FALLBACK_OPTIMISM if z is None else z
         out = []
         for i, a in enumerate(self.acceptances(k)):
+            tried = self.tried[i] if i < len(self.tried) else 0.0
             # The estimate's weight: its own record and what it leans on. A position never tried
             # thus counts as 16 passes, so a fresh process gives drafting up at once where it pays
             # only above ~94% acceptance (then probes it after 16, 32, ... passes). With the prior's
             # weight (4) here instead, the simulator lost 0.01 in two cases (long-lived at 95% after
             # early rejections 0.9726 -> 0.9624; 50% fresh 0.9526 -> 0.9486).
-            n = (self.tried[i] if i < len(self.tried) else 0.0) + LEAN_WEIGHT
-            out.append(min(1.0, a + z * math.sqrt(a * (1.0 - a) / n)))
+            n = tried + LEAN_WEIGHT
+            zi = z if z_untried is None or tried >= 1.0 else z_untried
+            out.append(min(1.0, a + zi * math.sqrt(a * (1.0 - a) / n)))
         return out
 
     def verify_cost(self, rows: int) -> float:
@@ -502,21 +505,13 @@ class DraftLengthPolicy:
         acceptance rates ``FALLBACK_OPTIMISM`` standard errors above the
         estimates (a few early rejections do not end drafting)."""
         # a position's estimate depends only on those before it: the cap's list serves every k
-        accept = self._choice_acceptances(cap)
+        accept = self.optimistic_acceptances(cap, OPTIMISM, UNTRIED_OPTIMISM)
         costs = [self.pass_cost(k) for k in range(cap + 1)]  # once per choice, for both sets of estimates
         rates = [expected_tokens(accept, k) / costs[k] for k in range(cap + 1)]
         if max(rates[1:]) > rates[0]:
             return rates, True
         z = RESUME_OPTIMISM if self.gave_up else FALLBACK_OPTIMISM
         return rates, _drafting_pays(self.optimistic_acceptances(cap, z), costs)
-
-    def _choice_acceptances(self, cap: int) -> list[float]:
-        """The acceptance rates the choice weighs draft lengths by: each
-        position's estimate plus ``OPTIMISM`` standard errors, or
-        ``UNTRIED_OPTIMISM`` for a position not tried yet."""
-        plain = self.optimistic_acceptances(cap, OPTIMISM)
-        bold = self.optimistic_acceptances(cap, UNTRIED_OPTIMISM)
-        return [a if i < len(self.tried) and self.tried[i] >= 1.0 else b for i, (a, b) in enumerate(zip(plain, bold))]
 
     def _sure(self, cap: int) -> bool:
         """Enough evidence to give drafting up on the rates alone:
