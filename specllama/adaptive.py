@@ -61,12 +61,16 @@ Robust for a first-time user and in a long-lived process:
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
   Target-only passes alone do not reopen that verdict (a machine that got
   busier would look like one where drafting pays), but where their timings
-  say it would turn, all kinds are timed again at once: ``RECHECK_PROBES``
-  padded passes with a draft step each, and every estimate is taken anew
-  from the latest timings of each kind (a warm-up whose 1-row passes were drawn
+  say it would turn, the other kinds are timed again: ``RECHECK_PROBES``
+  padded 2-row passes (the cheapest) with a draft step each. Every estimate
+  is then taken at this moment: the 1-row and 2-row passes and the draft
+  step from their latest timings, the older timings of other row counts
+  scaled as the 2-row passes grew dearer or cheaper, and of a pass's first
+  draft step as the draft steps did (a warm-up whose 1-row passes were drawn
   fast, 18.8 ms against 21.5 in real passes, put drafting below the margin
   for a whole generation where fixed k = 8 ran 1.17-1.39x target-only: the
-  chat pair on a 2-core VM).
+  chat pair on a 2-core VM; a busy moment's 1-row passes set against calm
+  2-row ones read k = 1 as paying where nothing did: the coder pair there).
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
   most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
@@ -137,6 +141,10 @@ PROBE_BUDGET = 0.02  # a probe's catch-up may cost this share of the target-only
 # docstring); a recheck that confirms the verdict makes the next wait twice as long, from RECHECK_GAP
 # passes up to COST_PROBE_GAP.
 RECHECK_PROBES = 3
+# (of 2 rows, the other row counts scaled as those grew dearer: with 9 rows re-timed and the 2-row passes left at the
+# warm-up's calm cost, a busy moment's 1-row timings read k = 1 as paying, and the coder pair's recheck caught the
+# draft up and drafted at a loss in 10 of 12 rechecks on a 2-core VM, where three 9-row passes cost 0.8 s besides:
+# benchmarks/RESULTS.md, "Twenty rounds of the chat pair, the coder pair's rechecks, a long-lived process")
 # ... and only where those timings put perfect acceptance this far above target-only: on the coder pair's
 # costs (0.94x) the noise of the latest timings alone started a recheck in 94 of 108 simulated fresh
 # processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2
@@ -278,7 +286,8 @@ class DraftLengthPolicy:
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
-    _rechecking: int = 0  # cost probes left in a recheck of a cannot-pay verdict (all kinds timed at once)
+    _rechecking: int = 0  # cost probes left in a recheck of a cannot-pay verdict (2 rows and a draft step each)
+    _recheck_cap: int = 0  # the cap the recheck's verdict is judged at
     _recheck_gap: int = RECHECK_GAP  # passes before another recheck may start
     _recheck_at: int = -RECHECK_GAP  # the pass the last recheck started
     rechecks: int = 0  # rechecks started, all told
@@ -433,7 +442,7 @@ class DraftLengthPolicy:
         timed again (a probe, a drafting pass): target-only passes alone do not
         reopen it, since their fresh timings set against older timings of the
         other kinds would judge a machine that got busier as one where drafting
-        pays (the costs of all kinds are re-measured together by the probes)."""
+        pays (the other kinds are timed again by the probes: a recheck)."""
         if cap <= 0 or not self.costs_known():
             return False
         if self._verdict is None:  # the costs of this moment, kept (see above)
@@ -461,13 +470,24 @@ class DraftLengthPolicy:
         return one > seconds.get(1, math.inf) and not self._cannot_pay_on((draft, first, {**seconds, 1: one}), cap,
                                                                           RECHECK_MARGIN)
 
-    def _keep_latest(self, rows: int) -> None:
-        """A recheck's end: the draft steps, 1-row and ``rows``-row passes keep
-        only their latest ``TRUSTED`` timings (taken together), so that every
-        estimate, the verdict's and the choice's, rests on the same moment."""
+    def _recheck_done(self, rows: int) -> None:
+        """A recheck's end, its probes ``rows`` rows each: every estimate, the
+        verdict's and the choice's, is taken at this moment. The draft steps,
+        1-row and ``rows``-row passes keep only their latest ``TRUSTED``
+        timings (taken together); the older timings of other row counts are
+        scaled as the ``rows``-row passes grew dearer or cheaper against the
+        verdict's, and a pass's first draft step as the draft steps did."""
+        draft, first, seconds = self._verdict
         for window in (self.draft_steps, self.verify_passes.get(1), self.verify_passes.get(rows)):
             while window is not None and len(window) > TRUSTED:
                 window.popleft()
+        self._typical_verify = None
+        rows_factor = self.verify_seconds[rows] / self._rows_cost(seconds)(rows)
+        for other, window in self.verify_passes.items():
+            if other not in (1, rows):
+                self.verify_passes[other] = deque((t * rows_factor for t in window), maxlen=window.maxlen)
+        step_factor = self.draft_seconds / draft
+        self.first_steps = deque((t * step_factor for t in self.first_steps), maxlen=self.first_steps.maxlen)
         self._typical_verify = None
         self._verdict = None
 
@@ -560,11 +580,11 @@ class DraftLengthPolicy:
             # measured again ever more rarely (up to a bound), in case the machine changes,
             # or at once where target-only timings say the verdict would turn (a recheck).
             if self._rechecking:
-                self._probe_rows = cap + 1
+                self._probe_rows = warm_up_rows(self._recheck_cap)[1]
             elif self.passes - self._recheck_at >= self._recheck_gap and self._contradicted(cap):
-                self._rechecking, self._recheck_at = RECHECK_PROBES, self.passes
+                self._rechecking, self._recheck_at, self._recheck_cap = RECHECK_PROBES, self.passes, cap
                 self.rechecks += 1
-                self._probe_rows = cap + 1
+                self._probe_rows = warm_up_rows(cap)[1]
             elif self.since_probe >= self.cost_probe_gap:
                 self.since_probe = 0
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
@@ -661,7 +681,7 @@ class DraftLengthPolicy:
         """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
         and one draft step, timed."""
         self.behind += 1
-        # a recheck keeps the verdict until its last probe, then takes it from the latest timings alone
+        # a recheck keeps the verdict until its last probe, then takes every cost at this moment
         rechecking = self._rechecking > 0
         self.observe_verify(rows, verify_seconds, reopen=not rechecking)
         if draft_step_seconds is not None and draft_step_seconds > 0:
@@ -671,8 +691,8 @@ class DraftLengthPolicy:
         if rechecking:
             self._rechecking -= 1
             if not self._rechecking:
-                self._keep_latest(rows)
-                if self.cannot_pay(rows - 1):
+                self._recheck_done(rows)
+                if self.cannot_pay(self._recheck_cap):
                     self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
     def observe_catch_up(self, seconds: float, n_tokens: int) -> None:

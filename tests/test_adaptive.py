@@ -3,6 +3,7 @@ synthetic timings and acceptance rates."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specllama.adaptive import (
@@ -315,31 +316,44 @@ def test_acceptance_estimates_follow_observations():
     assert [p.acceptance(i) for i in range(3)] == before
 
 
-def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds: float, step: float
-                    ) -> tuple[list[int], list[int]]:
+def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds, step: float,
+                    probed_rows: list[int] | None = None) -> tuple[list[int], list[int]]:
     """Drive the policy for ``passes`` passes as the engine does while it
     decodes target-only (1-row passes of ``one_row``; a probe of padded rows
-    timed ``rows_seconds`` with a draft step of ``step``) until it drafts:
-    the passes that probed, and those that drafted."""
+    timed ``rows_seconds``, a float or rows -> seconds (other row counts on
+    the line between), with a draft step of ``step``) until it drafts: the
+    passes that probed, and those that drafted (the probes' row counts
+    appended to ``probed_rows``)."""
+    def seconds(rows: int) -> float:
+        if not isinstance(rows_seconds, dict):
+            return rows_seconds
+        points = sorted({1: one_row, **rows_seconds}.items())
+        return float(np.interp(rows, [n for n, _ in points], [t for _, t in points]))
+
     probed, drafted = [], []
     for i in range(1, passes + 1):
         k = p.choose(8)
         rows = p.take_probe() if k == 0 else 0
         if k:
             drafted.append(i)
-            p.observe(k, k, k * step, rows_seconds)
+            p.observe(k, k, k * step, seconds(k + 1))
         elif rows:
             probed.append(i)
-            p.observe_probe(rows, rows_seconds, step)
+            if probed_rows is not None:
+                probed_rows.append(rows)
+            p.observe_probe(rows, seconds(rows), step)
         else:
             p.observe(0, 0, 0.0, one_row)
     return probed, drafted
 
 
+ROWS = {2: 0.025, 9: 0.050}  # the warm-up's multi-row passes (warm_up_rows(8)), seconds
+
+
 def warmed_up(one_row: float) -> DraftLengthPolicy:
-    """A draft step 10 ms, 9 rows 50 ms, 1 row ``one_row``, at load."""
+    """A draft step 10 ms, 2 rows 25 ms, 9 rows 50 ms, 1 row ``one_row``, at load."""
     p = DraftLengthPolicy()
-    p.observe_warm_up([0.010] * 5, {1: [one_row] * 5, 9: [0.050] * 5})
+    p.observe_warm_up([0.010] * 5, {1: [one_row] * 5, **{rows: [t] * 5 for rows, t in ROWS.items()}})
     return p
 
 
@@ -350,13 +364,15 @@ def test_target_only_timings_that_contradict_a_cannot_pay_verdict_time_every_cos
     target-only passes take 20 ms (1.38x: drafting pays). Target-only timings
     alone do not reopen the verdict (a machine that got busier would look the
     same), but once most of the latest TRUSTED 1-row timings say it would turn, the next
-    RECHECK_PROBES passes time 9 rows and a draft step, and the verdict is
-    taken from the latest timings of each kind: drafting from the pass after."""
+    RECHECK_PROBES passes time 2 rows and a draft step: they cost what they
+    did (this machine is no busier, and the 9-row passes stay at 50 ms), and
+    on the latest timings drafting pays: drafting from the pass after."""
     p = warmed_up(0.015)
     assert p.cannot_pay(8)
-    probed, drafted = run_target_only(p, 40, one_row=0.020, rows_seconds=0.050, step=0.010)
+    rows_seen: list[int] = []
+    probed, drafted = run_target_only(p, 40, one_row=0.020, rows_seconds=ROWS, step=0.010, probed_rows=rows_seen)
     first = TRUSTED // 2 + 2  # the pass after the real 1-row timings that are most of the latest TRUSTED
-    assert probed == list(range(first, first + RECHECK_PROBES))
+    assert probed == list(range(first, first + RECHECK_PROBES)) and rows_seen == [2] * RECHECK_PROBES
     assert drafted[0] == first + RECHECK_PROBES and not p.cannot_pay(8) and p.rechecks == 1
     assert p.verify_seconds[1] == pytest.approx(0.020)  # the warm-up's 1-row timings are dropped
 
@@ -364,11 +380,44 @@ def test_target_only_timings_that_contradict_a_cannot_pay_verdict_time_every_cos
 def test_a_machine_busier_in_every_cost_stays_target_only_after_a_recheck():
     """The same warm-up, then every cost a third dearer (another process
     started): the 1-row passes (20 ms) contradict the verdict, the recheck
-    times 9 rows at 66.7 ms and a draft step at 13.3 ms, and on those drafting
-    still cannot pay (9 tokens in 173 ms against 180): no pass drafts, and no
-    second recheck comes while nothing changes."""
+    times 2 rows at 33.3 ms and a draft step at 13.3 ms, a third dearer
+    than at load; with the 9-row passes taken a third dearer too (not timed:
+    a 2-row pass is the cheapest probe), drafting still cannot pay (9 tokens
+    in 173 ms against 180): no pass drafts, and no second recheck comes
+    while nothing changes."""
     p = warmed_up(0.015)
-    probed, drafted = run_target_only(p, 300, one_row=0.020, rows_seconds=0.050 * 4 / 3, step=0.010 * 4 / 3)
+    busier = {rows: t * 4 / 3 for rows, t in ROWS.items()}
+    probed, drafted = run_target_only(p, 300, one_row=0.020, rows_seconds=busier, step=0.010 * 4 / 3)
     assert drafted == [] and p.cannot_pay(8)
     first = TRUSTED // 2 + 2
     assert probed == list(range(first, first + RECHECK_PROBES)) and p.rechecks == 1
+
+
+def test_a_recheck_takes_every_cost_at_its_moment():
+    """A warm-up of the three kinds the engine times (1 row 40 ms, 2 rows 70,
+    9 rows 300, a draft step 25: a compute-bound target, where no k pays),
+    then every cost 1.75x dearer. The 1-row passes (70 ms) contradict the
+    verdict (k = 1: 2 tokens in 95 ms against 140), so a recheck comes. Were
+    the 9-row passes and the draft step alone timed again, the warm-up's calm
+    2-row passes (70 ms) would make k = 1 pay (2 tokens in 114 ms against 140)
+    and the policy would catch the draft up and draft at a loss, as the coder
+    pair did in 10 of 12 rechecks on a 2-core VM (this test fails so at
+    75f18bd). The recheck times 2 rows, RECHECK_PROBES passes: 1.75x dearer,
+    as the draft steps; the 9-row passes are taken 1.75x dearer too (not
+    timed: three cost 0.8 s on the coder pair on that VM), and drafting still
+    cannot pay (k = 1: 2 tokens in 166 ms against 140)."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.025] * 5, {1: [0.040] * 5, 2: [0.070] * 5, 9: [0.300] * 5})
+    assert p.cannot_pay(8)
+    busy = 1.75
+    rows_seen: list[int] = []
+    probed, drafted = run_target_only(p, 300, one_row=0.040 * busy, rows_seconds={2: 0.070 * busy, 9: 0.300 * busy},
+                                      step=0.025 * busy, probed_rows=rows_seen)
+    first = TRUSTED // 2 + 2
+    assert drafted == [] and p.cannot_pay(8) and p.rechecks == 1
+    assert probed == list(range(first, first + RECHECK_PROBES))
+    assert rows_seen == [2] * RECHECK_PROBES
+    draft, _, seconds = p._verdict  # the verdict's costs: this moment's, the 9-row passes' scaled
+    assert list(p.verify_passes[9]) == pytest.approx([0.300 * busy] * 5)
+    assert draft == pytest.approx(0.025 * busy)
+    assert [seconds[rows] for rows in (1, 2, 9)] == pytest.approx([0.040 * busy, 0.070 * busy, 0.300 * busy])
