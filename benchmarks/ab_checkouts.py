@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import fresh_env  # noqa: E402
-from robustness import PROMPTS  # noqa: E402
+from robustness import PROMPTS, generate_command  # noqa: E402
 
 
 def configuration(value: str) -> tuple[str, Path, list[str]]:
@@ -45,8 +45,7 @@ def configuration(value: str) -> tuple[str, Path, list[str]]:
 
 
 def run(checkout: Path, flags: list[str], pair: str, prompt: str, temp: float, seed: int, tmp: str) -> dict:
-    cmd = [sys.executable, "-m", "specllama", "generate", "--pair", pair, "-p", PROMPTS[prompt], "-n", "256",
-           "--temp", str(temp), "--seed", str(seed), "--ignore-eos", "--json", *flags]
+    cmd = generate_command(pair, PROMPTS[prompt], 256, temp, seed, flags)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout,
                          env=fresh_env(tmp) | {"PYTHONPATH": str(checkout)})
     if out.returncode:

@@ -112,10 +112,15 @@ API_FLAGS = {"target-only": {"draft_max": 0}, "default": {}, "k=2": {"draft_max"
              "k=4 (A/A)": {"draft_max": 4, "adaptive": False}, "target-only (A/A)": {"draft_max": 0}}
 
 
+def generate_command(pair: str, prompt: str, n: int, temp: float, seed: int, flags: list[str]) -> list[str]:
+    """The command line of one fresh ``specllama generate --json`` process (``flags``: its configuration's)."""
+    return [sys.executable, "-m", "specllama", "generate", "--pair", pair, "-p", prompt, "-n", str(n),
+            "--temp", str(temp), "--seed", str(seed), "--ignore-eos", "--json", *flags]
+
+
 def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str) -> dict:
     """One fresh process; its decode tok/s and its load + warm-up seconds."""
-    cmd = [sys.executable, "-m", "specllama", "generate", "--pair", pair, "-p", prompt, "-n", str(n),
-           "--temp", str(temp), "--seed", str(seed), "--ignore-eos", "--json", *CONFIGS[config]]
+    cmd = generate_command(pair, prompt, n, temp, seed, CONFIGS[config])
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=fresh_env(tmp))
     wall = time.perf_counter() - t0
