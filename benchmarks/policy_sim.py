@@ -104,10 +104,11 @@ def main() -> None:
         ratio, drafting, passes, rechecks = sim.cannot_pay_run(accept)
         print(f"the coder pair's costs (drafting cannot pay), acceptance {accept}: {ratio:.4f} of target-only, "
               f"drafting in {drafting} of {passes} passes, rechecks {rechecks} in {sim.RUNS} fresh processes")
-    ratio, drafting, passes, rechecks = sim.busy_moments_run()
-    print(f"the coder pair's costs, every cost 1.6x for 12 passes in each hundred, acceptance 0.95: {ratio:.4f} of "
-          f"target-only under the same moments, drafting in {drafting} of {passes} passes, rechecks {rechecks} in "
-          f"{sim.RUNS} fresh processes")
+    for length in (3, 12):
+        ratio, drafting, passes, rechecks = sim.busy_moments_run(length)
+        print(f"the coder pair's costs, every cost 1.6x for {length} passes in each hundred, acceptance 0.95: "
+              f"{ratio:.4f} of target-only under the same moments, drafting in {drafting} of {passes} passes, "
+              f"rechecks {rechecks} in {sim.RUNS} fresh processes")
     thin, drafting = sim.thin_margin_ratios()
     print(f"the chat pair on a 2-core VM, its warm-up's 1-row passes timed {sim.CHAT_EPYC_WARM_UP_ONE_ROW:.2f}x the "
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "

@@ -62,15 +62,19 @@ Robust for a first-time user and in a long-lived process:
   Target-only passes alone do not reopen that verdict (a machine that got
   busier would look like one where drafting pays), but where their timings
   say it would turn, the other kinds are timed again: ``RECHECK_PROBES``
-  padded 2-row passes (the cheapest) with a draft step each. Every estimate
-  is then taken at this moment: the 1-row and 2-row passes and the draft
-  step from their latest timings, the older timings of other row counts
+  padded 2-row passes (the cheapest) with a draft step each, each followed
+  by a 1-row pass, so that both sides are timed at the same moment. Every
+  estimate is then taken at this moment: the 1-row and 2-row passes and the
+  draft step from the recheck's timings, the older timings of other row counts
   scaled as the 2-row passes grew dearer or cheaper, and of a pass's first
   draft step as the draft steps did (a warm-up whose 1-row passes were drawn
   fast, 18.8 ms against 21.5 in real passes, put drafting below the margin
   for a whole generation where fixed k = 8 ran 1.17-1.39x target-only: the
   chat pair on a 2-core VM; a busy moment's 1-row passes set against calm
-  2-row ones read k = 1 as paying where nothing did: the coder pair there).
+  2-row ones read k = 1 as paying where nothing did: the coder pair there,
+  also where the busy moment ended just as the 2-row passes were timed).
+  Each probe's timings are taken against its own 1-row pass, and a recheck
+  turns the verdict only where drafting would gain ``REOPEN_MARGIN``.
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
   most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
@@ -145,11 +149,21 @@ RECHECK_PROBES = 3
 # warm-up's calm cost, a busy moment's 1-row timings read k = 1 as paying, and the coder pair's recheck caught the
 # draft up and drafted at a loss in 10 of 12 rechecks on a 2-core VM, where three 9-row passes cost 0.8 s besides:
 # benchmarks/RESULTS.md, "Twenty rounds of the chat pair, the coder pair's rechecks, a long-lived process")
+# Each probe is followed by a 1-row pass, and the recheck's verdict is judged on those: where the 1-row timings that
+# started it were a busy moment that ended as the probes began, the busy 1-row timings against calm 2-row ones read
+# k = 1 as paying (simulated, busy moments of 2-3 passes in each hundred on the coder pair's costs: 24-27% of passes
+# drafting, 0.86-0.87 of target-only; benchmarks/RESULTS.md, "A recheck times both sides at the same moment")
 # ... and only where those timings put perfect acceptance this far above target-only: on the coder pair's
 # costs (0.94x) the noise of the latest timings alone started a recheck in 94 of 108 simulated fresh
 # processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2
 RECHECK_MARGIN = 0.2
 RECHECK_GAP = 32
+# A recheck turns the verdict only where this moment's costs say perfect acceptance gains more than this (the
+# verdict's margin otherwise is PAY_MARGIN): three timings of each kind are noisy, and on the coder pair's thin
+# margin a recheck's noise alone turned it (simulated, busy moments of 6 passes in each hundred: 1.4% of passes
+# drafting, 0.971 of target-only, against 2.5% and 0.963 at PAY_MARGIN; at 0.2, the chat pair's thin-margin case,
+# a real gain of 1.16x where a warm-up's fast 1-row timings said cannot-pay, fell to a 10th percentile of 0.927)
+REOPEN_MARGIN = 0.13
 MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on the acceptance seen
 DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
 VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
@@ -286,7 +300,10 @@ class DraftLengthPolicy:
     # other costs than one row's are timed
     _verdict: tuple[float, float, dict[int, float]] | None = None
     _probe_rows: int = 0  # rows of the padded target-only pass the engine is asked to time next
-    _rechecking: int = 0  # cost probes left in a recheck of a cannot-pay verdict (2 rows and a draft step each)
+    # passes left in a recheck of a cannot-pay verdict: even, a probe (2 rows and a draft step) comes next; odd, a
+    # 1-row pass
+    _rechecking: int = 0
+    _verdict_margin: float = PAY_MARGIN  # the margin the verdict is judged at (after a recheck: REOPEN_MARGIN)
     _recheck_cap: int = 0  # the cap the recheck's verdict is judged at
     _recheck_gap: int = RECHECK_GAP  # passes before another recheck may start
     _recheck_at: int = -RECHECK_GAP  # the pass the last recheck started
@@ -448,7 +465,8 @@ class DraftLengthPolicy:
         if self._verdict is None:  # the costs of this moment, kept (see above)
             self._verdict = (self.draft_seconds, self.first_step_seconds,
                              {rows: self.verify_cost(rows) for rows in self.verify_passes})
-        return self._cannot_pay_on(self._verdict, cap)
+            self._verdict_margin = PAY_MARGIN
+        return self._cannot_pay_on(self._verdict, cap, self._verdict_margin)
 
     def _rows_cost(self, seconds: dict[int, float]):
         """rows -> seconds: the row counts in ``seconds``, the others estimated from them."""
@@ -476,11 +494,22 @@ class DraftLengthPolicy:
         1-row and ``rows``-row passes keep only their latest ``TRUSTED``
         timings (taken together); the older timings of other row counts are
         scaled as the ``rows``-row passes grew dearer or cheaper against the
-        verdict's, and a pass's first draft step as the draft steps did."""
+        verdict's, and a pass's first draft step as the draft steps did. Each
+        probe's timings are taken against the 1-row pass after it (set at the
+        median 1-row pass's moment), and the verdict turns only by
+        ``REOPEN_MARGIN``."""
         draft, first, seconds = self._verdict
         for window in (self.draft_steps, self.verify_passes.get(1), self.verify_passes.get(rows)):
             while window is not None and len(window) > TRUSTED:
                 window.popleft()
+        # each probe's timings against its own 1-row pass's, set at the recheck's typical 1-row moment
+        ones = list(self.verify_passes[1])
+        one = statistics.median(ones)
+        if len(self.verify_passes[rows]) == len(self.draft_steps) == len(ones):
+            for window in (self.verify_passes[rows], self.draft_steps):
+                paired = [t * one / o for t, o in zip(window, ones)]
+                window.clear()
+                window.extend(paired)
         self._typical_verify = None
         rows_factor = self.verify_seconds[rows] / self._rows_cost(seconds)(rows)
         for other, window in self.verify_passes.items():
@@ -490,6 +519,8 @@ class DraftLengthPolicy:
         self.first_steps = deque((t * step_factor for t in self.first_steps), maxlen=self.first_steps.maxlen)
         self._typical_verify = None
         self._verdict = None
+        self.cannot_pay(self._recheck_cap)  # the verdict on this moment's costs, turned only by REOPEN_MARGIN
+        self._verdict_margin = REOPEN_MARGIN
 
     def verdict(self, cap: int) -> str:
         """The measured costs' verdict in words (:func:`cost_verdict`): on the
@@ -580,9 +611,10 @@ class DraftLengthPolicy:
             # measured again ever more rarely (up to a bound), in case the machine changes,
             # or at once where target-only timings say the verdict would turn (a recheck).
             if self._rechecking:
-                self._probe_rows = warm_up_rows(self._recheck_cap)[1]
+                if self._rechecking % 2 == 0:
+                    self._probe_rows = warm_up_rows(self._recheck_cap)[1]
             elif self.passes - self._recheck_at >= self._recheck_gap and self._contradicted(cap):
-                self._rechecking, self._recheck_at, self._recheck_cap = RECHECK_PROBES, self.passes, cap
+                self._rechecking, self._recheck_at, self._recheck_cap = 2 * RECHECK_PROBES, self.passes, cap
                 self.rechecks += 1
                 self._probe_rows = warm_up_rows(cap)[1]
             elif self.since_probe >= self.cost_probe_gap:
@@ -666,6 +698,12 @@ class DraftLengthPolicy:
         else:
             self.behind += 1
         self.observe_verify(n_drafted + 1, verify_seconds)
+        if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
+            self._rechecking -= 1
+            if not self._rechecking:
+                self._recheck_done(warm_up_rows(self._recheck_cap)[1])
+                if self.cannot_pay(self._recheck_cap):
+                    self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
     def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True) -> None:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
@@ -688,12 +726,8 @@ class DraftLengthPolicy:
             self.draft_steps.append(draft_step_seconds)
             if not rechecking:
                 self._verdict = None
-        if rechecking:
-            self._rechecking -= 1
-            if not self._rechecking:
-                self._recheck_done(rows)
-                if self.cannot_pay(self._recheck_cap):
-                    self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+        if rechecking and self._rechecking % 2 == 0:
+            self._rechecking -= 1  # its 1-row pass comes next
 
     def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
         """The draft model evaluated ``n_tokens`` it had skipped (target-only

@@ -317,13 +317,13 @@ def test_acceptance_estimates_follow_observations():
 
 
 def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds, step: float,
-                    probed_rows: list[int] | None = None) -> tuple[list[int], list[int]]:
+                    probed_rows: list[int] | None = None, busy=lambda _: 1.0) -> tuple[list[int], list[int]]:
     """Drive the policy for ``passes`` passes as the engine does while it
     decodes target-only (1-row passes of ``one_row``; a probe of padded rows
     timed ``rows_seconds``, a float or rows -> seconds (other row counts on
-    the line between), with a draft step of ``step``) until it drafts: the
-    passes that probed, and those that drafted (the probes' row counts
-    appended to ``probed_rows``)."""
+    the line between), with a draft step of ``step``; every cost of pass i
+    times ``busy(i)``) until it drafts: the passes that probed, and those
+    that drafted (the probes' row counts appended to ``probed_rows``)."""
     def seconds(rows: int) -> float:
         if not isinstance(rows_seconds, dict):
             return rows_seconds
@@ -332,19 +332,25 @@ def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_s
 
     probed, drafted = [], []
     for i in range(1, passes + 1):
-        k = p.choose(8)
+        k, factor = p.choose(8), busy(i)
         rows = p.take_probe() if k == 0 else 0
         if k:
             drafted.append(i)
-            p.observe(k, k, k * step, seconds(k + 1))
+            p.observe(k, k, k * step * factor, seconds(k + 1) * factor)
         elif rows:
             probed.append(i)
             if probed_rows is not None:
                 probed_rows.append(rows)
-            p.observe_probe(rows, seconds(rows), step)
+            p.observe_probe(rows, seconds(rows) * factor, step * factor)
         else:
-            p.observe(0, 0, 0.0, one_row)
+            p.observe(0, 0, 0.0, one_row * factor)
     return probed, drafted
+
+
+def recheck_probes(first: int) -> list[int]:
+    """The passes a recheck starting at pass ``first`` probes: every other
+    pass, each probe followed by a 1-row pass."""
+    return list(range(first, first + 2 * RECHECK_PROBES, 2))
 
 
 ROWS = {2: 0.025, 9: 0.050}  # the warm-up's multi-row passes (warm_up_rows(8)), seconds
@@ -364,16 +370,17 @@ def test_target_only_timings_that_contradict_a_cannot_pay_verdict_time_every_cos
     target-only passes take 20 ms (1.38x: drafting pays). Target-only timings
     alone do not reopen the verdict (a machine that got busier would look the
     same), but once most of the latest TRUSTED 1-row timings say it would turn, the next
-    RECHECK_PROBES passes time 2 rows and a draft step: they cost what they
-    did (this machine is no busier, and the 9-row passes stay at 50 ms), and
-    on the latest timings drafting pays: drafting from the pass after."""
+    RECHECK_PROBES probes time 2 rows and a draft step, each followed by a
+    1-row pass: they cost what they did (this machine is no busier, and the
+    9-row passes stay at 50 ms), and on the latest timings drafting pays, by
+    more than REOPEN_MARGIN: drafting from the pass after."""
     p = warmed_up(0.015)
     assert p.cannot_pay(8)
     rows_seen: list[int] = []
     probed, drafted = run_target_only(p, 40, one_row=0.020, rows_seconds=ROWS, step=0.010, probed_rows=rows_seen)
     first = TRUSTED // 2 + 2  # the pass after the real 1-row timings that are most of the latest TRUSTED
-    assert probed == list(range(first, first + RECHECK_PROBES)) and rows_seen == [2] * RECHECK_PROBES
-    assert drafted[0] == first + RECHECK_PROBES and not p.cannot_pay(8) and p.rechecks == 1
+    assert probed == recheck_probes(first) and rows_seen == [2] * RECHECK_PROBES
+    assert drafted[0] == first + 2 * RECHECK_PROBES and not p.cannot_pay(8) and p.rechecks == 1
     assert p.verify_seconds[1] == pytest.approx(0.020)  # the warm-up's 1-row timings are dropped
 
 
@@ -390,7 +397,7 @@ def test_a_machine_busier_in_every_cost_stays_target_only_after_a_recheck():
     probed, drafted = run_target_only(p, 300, one_row=0.020, rows_seconds=busier, step=0.010 * 4 / 3)
     assert drafted == [] and p.cannot_pay(8)
     first = TRUSTED // 2 + 2
-    assert probed == list(range(first, first + RECHECK_PROBES)) and p.rechecks == 1
+    assert probed == recheck_probes(first) and p.rechecks == 1
 
 
 def test_a_recheck_takes_every_cost_at_its_moment():
@@ -415,9 +422,28 @@ def test_a_recheck_takes_every_cost_at_its_moment():
                                       step=0.025 * busy, probed_rows=rows_seen)
     first = TRUSTED // 2 + 2
     assert drafted == [] and p.cannot_pay(8) and p.rechecks == 1
-    assert probed == list(range(first, first + RECHECK_PROBES))
+    assert probed == recheck_probes(first)
     assert rows_seen == [2] * RECHECK_PROBES
     draft, _, seconds = p._verdict  # the verdict's costs: this moment's, the 9-row passes' scaled
     assert list(p.verify_passes[9]) == pytest.approx([0.300 * busy] * 5)
     assert draft == pytest.approx(0.025 * busy)
     assert [seconds[rows] for rows in (1, 2, 9)] == pytest.approx([0.040 * busy, 0.070 * busy, 0.300 * busy])
+
+
+def test_a_busy_moment_that_ends_as_a_recheck_starts_does_not_turn_the_verdict():
+    """The same warm-up (1 row 40 ms, 2 rows 70, 9 rows 300, a draft step 25:
+    no k pays), then a busy moment: every cost 1.75x for the first two
+    passes only. Their 1-row timings (70 ms), most of the latest TRUSTED,
+    start a recheck, and its probes are timed calm. Were the verdict taken on the busy 1-row timings against
+    the calm probes (b243449, which fails this test), k = 1 would pay (2
+    tokens in 25 + 70 = 95 ms against 140) and the policy would draft at a
+    loss, as the coder pair did after 3 of 6 rechecks on a 2-core VM. Each
+    probe is followed by a 1-row pass and the verdict is judged on those
+    (40 ms): no pass drafts."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.025] * 5, {1: [0.040] * 5, 2: [0.070] * 5, 9: [0.300] * 5})
+    probed, drafted = run_target_only(p, 300, one_row=0.040, rows_seconds={2: 0.070, 9: 0.300}, step=0.025,
+                                      busy=lambda i: 1.75 if i <= 2 else 1.0)
+    assert drafted == [] and p.cannot_pay(8)
+    assert p.rechecks == 1 and probed == recheck_probes(TRUSTED // 2 + 2)
+    assert p.verify_seconds[1] == pytest.approx(0.040)
