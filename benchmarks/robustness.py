@@ -199,6 +199,9 @@ def main() -> None:
                          f"(default: all but target-only's twin); of: {', '.join(CONFIGS)}")
     ap.add_argument("--aa-same-seed", action="store_true",
                     help="at temperature > 0, run the A/A twin with k = 4's seed (its text; timing noise alone)")
+    ap.add_argument("--rotate", action="store_true",
+                    help="round r starts its ABBA order at the r-th configuration (each takes every position in "
+                         "turn: a round's ends may run slower than its middle)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
     ap.add_argument("--report", metavar="FILE", nargs="+", help="print the summary of --save files (runs stopped "
@@ -225,7 +228,7 @@ def main() -> None:
                 for temp in temps:
                     got: dict[str, list[float]] = {c: [] for c in configs}
                     load: dict[str, list[float]] = {c: [] for c in configs}
-                    for c in configs + configs[::-1]:  # A B ... B A
+                    for position, c in enumerate(round_order(configs, r, args.rotate), start=1):
                         seed = args.seed + r
                         if c in TWINS and temp > 0 and not args.aa_same_seed:
                             seed += AA_SEED_OFFSET  # a text of its own, as every other configuration samples
@@ -236,7 +239,7 @@ def main() -> None:
                             out = run_generate(pair, c, PROMPTS[kind], args.n, temp, seed, tmp)
                             got[c].append(out["tps"])
                             runs.append({"round": r + 1, "pair": pair, "temperature": temp, "config": c,
-                                         "prompt": kind, "seed": seed, **out["detail"]})
+                                         "prompt": kind, "seed": seed, "position": position, **out["detail"]})
                         load[c].append(out["load"])
                     cell = values.setdefault((pair, temp), {c: [] for c in configs})
                     lcell = loads.setdefault((pair, temp), {c: [] for c in configs})
@@ -251,6 +254,15 @@ def main() -> None:
                             "loads": [[p, t, v] for (p, t), v in loads.items()], "runs": runs}))
     report([[p, t, v] for (p, t), v in values.items()], [[p, t, v] for (p, t), v in loads.items()], vars(args),
            args.json, runs)
+
+
+def round_order(configs: list[str], r: int, rotate: bool) -> list[str]:
+    """Round ``r``'s runs (0-based): ABBA, forward then backward; with
+    ``rotate`` the forward half starts at configuration ``r`` mod their
+    number, so that over the rounds each takes every position in turn."""
+    start = r % len(configs) if rotate else 0
+    forward = configs[start:] + configs[:start]
+    return forward + forward[::-1]
 
 
 def check_configs(value: str) -> list[str]:

@@ -149,3 +149,24 @@ def test_how_often_identical_work_would_miss_the_goals_is_the_a_a_ratios_resampl
     # no noise at all: never
     (row,) = json.loads(report(saved(tmp_path / "b.json", [[40, 60, 50, 50, 60, 50]] * 4)).stdout)["results"]
     assert row["identical_work_misses"] == {"median_below": {"0.97": 0.0, "0.98": 0.0}, "p10_below_control": 0.0}
+
+
+def test_a_rotated_round_is_still_abba_and_every_configuration_takes_every_position():
+    """--rotate: round r's forward half starts at configuration r (mod their
+    number), its backward half mirrors it; over as many rounds as
+    configurations, each configuration runs once at every position."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from robustness import round_order
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    configs = list(CONFIGS)
+    assert round_order(configs, 3, rotate=False) == configs + configs[::-1]
+    assert round_order(configs, 2, rotate=True) == [
+        "k=2", "k=4", "k=8", "k=4 (A/A)", "target-only", "default",
+        "default", "target-only", "k=4 (A/A)", "k=8", "k=4", "k=2"]
+    orders = [round_order(configs, r, rotate=True) for r in range(len(configs))]
+    for order in orders:
+        assert order == order[::-1]  # A B ... B A
+    for c in configs:
+        assert sorted(order.index(c) for order in orders) == list(range(len(configs)))
