@@ -12,7 +12,17 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from specllama.adaptive import DEFAULT_DRAFT_MAX, DRAFT_WINDOW, EXPLORE_EVERY, PRIOR_ACCEPT, DraftLengthPolicy
+from specllama.adaptive import (
+    DEFAULT_DRAFT_MAX,
+    DRAFT_WINDOW,
+    EXPLORE_EVERY,
+    OPTIMISM,
+    PRIOR_ACCEPT,
+    TIE,
+    UNTRIED_OPTIMISM,
+    DraftLengthPolicy,
+    expected_tokens,
+)
 from specllama.backend import plain_completion
 from specllama.cost_cache import costs_file
 from specllama.demo import cache_dir
@@ -42,9 +52,13 @@ def test_warm_up_times_both_models_and_leaves_the_caches_empty(tiny_pair, cache)
     assert set(policy.verify_seconds) == {1, 2, DEFAULT_DRAFT_MAX + 1}  # warm_up_rows
     assert policy.draft_seconds is not None and policy.draft_seconds > 0
     # the policy chooses from measured costs from the first pass on, not a fixed start: target-only (k = 0)
-    # included, which this pair (a draft as large as its target) gets when even perfect acceptance cannot pay
-    rates = [policy.rate(k) for k in range(DEFAULT_DRAFT_MAX + 1)]
+    # included, which this pair (a draft as large as its target) gets when even perfect acceptance cannot pay;
+    # else the best k >= 1 on the choice's estimates (positions not tried yet at UNTRIED_OPTIMISM standard
+    # errors), the longest of those within TIE of it
+    accept = policy.optimistic_acceptances(DEFAULT_DRAFT_MAX, OPTIMISM, UNTRIED_OPTIMISM)
+    rates = [expected_tokens(accept, k) / policy.pass_cost(k) for k in range(DEFAULT_DRAFT_MAX + 1)]
     best = max(range(1, DEFAULT_DRAFT_MAX + 1), key=rates.__getitem__)
+    best = max(k for k in range(best, DEFAULT_DRAFT_MAX + 1) if rates[k] >= (1 - TIE) * rates[best])
     assert policy.choose(DEFAULT_DRAFT_MAX) == (0 if policy.cannot_pay(DEFAULT_DRAFT_MAX) else best)
     # the acceptance check replaced the prior, unless even perfect acceptance cannot pay (then it is skipped;
     # this pair is near that line, so either may happen)
