@@ -104,7 +104,7 @@ def main() -> None:
         ratio, drafting, passes, rechecks = sim.cannot_pay_run(accept)
         print(f"the coder pair's costs (drafting cannot pay), acceptance {accept}: {ratio:.4f} of target-only, "
               f"drafting in {drafting} of {passes} passes, rechecks {rechecks} in {sim.RUNS} fresh processes")
-    for length in (3, 12):
+    for length in (2, 3, 6, 12):
         ratio, drafting, passes, rechecks = sim.busy_moments_run(length)
         print(f"the coder pair's costs, every cost 1.6x for {length} passes in each hundred, acceptance 0.95: "
               f"{ratio:.4f} of target-only under the same moments, drafting in {drafting} of {passes} passes, "

@@ -11,6 +11,11 @@ held out from any tuning):
     default rule), and k = 4 run again as an A/A control (its ratio to the first
     k = 4 is the noise floor).
 
+--rotate starts round r's ABBA order at the r-th configuration, so that over the
+rounds each configuration takes every position in turn (a round's positions can
+run a few percent apart on a shared VM, and the fixed order gives each
+configuration the same positions in every round); each run's position is saved.
+
 --configs takes a subset, and "target-only (A/A)" as the control instead: where no
 draft length can pay (the coder pair on a few cores), the best fixed setting is
 target-only, and a round of target-only, the default and target-only's twin

@@ -152,7 +152,8 @@ RECHECK_PROBES = 3
 # Each probe is followed by a 1-row pass, and the recheck's verdict is judged on those: where the 1-row timings that
 # started it were a busy moment that ended as the probes began, the busy 1-row timings against calm 2-row ones read
 # k = 1 as paying (simulated, busy moments of 2-3 passes in each hundred on the coder pair's costs: 24-27% of passes
-# drafting, 0.86-0.87 of target-only; benchmarks/RESULTS.md, "A recheck times both sides at the same moment")
+# drafting, 0.86-0.87 of target-only; benchmarks/RESULTS.md, "A recheck times both sides at the same moment; the
+# coder pair to 20 rounds")
 # ... and only where those timings put perfect acceptance this far above target-only: on the coder pair's
 # costs (0.94x) the noise of the latest timings alone started a recheck in 94 of 108 simulated fresh
 # processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2
