@@ -163,7 +163,8 @@ RECHECK_GAP = 32
 # verdict's margin otherwise is PAY_MARGIN): three timings of each kind are noisy, and on the coder pair's thin
 # margin a recheck's noise alone turned it (simulated, busy moments of 6 passes in each hundred: 1.4% of passes
 # drafting, 0.971 of target-only, against 2.5% and 0.963 at PAY_MARGIN; at 0.2, the chat pair's thin-margin case,
-# a real gain of 1.16x where a warm-up's fast 1-row timings said cannot-pay, fell to a 10th percentile of 0.927)
+# a real gain of 1.16x where a warm-up's fast 1-row timings said cannot-pay, fell to a 10th percentile of 0.927:
+# python benchmarks/policy_sim.py --set REOPEN_MARGIN=0.1, =0.2)
 REOPEN_MARGIN = 0.13
 MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on the acceptance seen
 DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
