@@ -696,6 +696,9 @@ class DraftLengthPolicy:
                 if n_drafted > 1 and draft_seconds > first_step:
                     self.draft_steps.append((draft_seconds - first_step) / (n_drafted - 1))
             self._verdict = None
+            # a pass that drafts within a recheck (a minimum draft length, another cap) ends it: its own
+            # timings reopen the verdict, and the recheck's probes and 1-row passes no longer pair up
+            self._rechecking = self._probe_rows = 0
             self.behind = 0
         else:
             self.behind += 1

@@ -447,3 +447,22 @@ def test_a_busy_moment_that_ends_as_a_recheck_starts_does_not_turn_the_verdict()
     assert drafted == [] and p.cannot_pay(8)
     assert p.rechecks == 1 and probed == recheck_probes(TRUSTED // 2 + 2)
     assert p.verify_seconds[1] == pytest.approx(0.040)
+
+
+def test_a_pass_that_drafts_within_a_recheck_ends_it():
+    """A recheck under way (its last probe timed, its last 1-row pass to
+    come), then a pass that drafts (a minimum draft length forces it) and a
+    last pass with no room to draft (cap 0, a call's last token): the
+    drafting pass reopened the verdict and ends the recheck, so the 1-row
+    pass after it does not close a recheck whose verdict is gone (e78d36c
+    raised TypeError there), and no probe is asked for."""
+    p = warmed_up(0.015)
+    first = TRUSTED // 2 + 2
+    probed, drafted = run_target_only(p, first + 2 * RECHECK_PROBES - 2, one_row=0.020, rows_seconds=ROWS, step=0.010)
+    assert probed == recheck_probes(first) and drafted == [] and p.rechecks == 1
+    k = p.choose(8, minimum=2)
+    assert k == 2 and p.take_probe() == 0
+    p.observe(2, 2, 0.020, 0.030)
+    assert p.choose(0) == 0 and p.take_probe() == 0
+    p.observe(0, 0, 0.0, 0.020)
+    assert p._rechecking == 0 and p.rechecks == 1
