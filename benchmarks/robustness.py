@@ -206,7 +206,7 @@ def main() -> None:
                     help="at temperature > 0, run the A/A twin with k = 4's seed (its text; timing noise alone)")
     ap.add_argument("--rotate", action="store_true",
                     help="round r starts its ABBA order at the r-th configuration (each takes every position in "
-                         "turn: a round's ends may run slower than its middle)")
+                         "turn)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
     ap.add_argument("--report", metavar="FILE", nargs="+", help="print the summary of --save files (runs stopped "

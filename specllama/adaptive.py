@@ -612,13 +612,13 @@ class DraftLengthPolicy:
             # Even perfect acceptance cannot pay: target-only, and the costs
             # measured again ever more rarely (up to a bound), in case the machine changes,
             # or at once where target-only timings say the verdict would turn (a recheck).
+            if not self._rechecking and self.passes - self._recheck_at >= self._recheck_gap \
+                    and self._contradicted(cap):
+                self._rechecking, self._recheck_at, self._recheck_cap = 2 * RECHECK_PROBES, self.passes, cap
+                self.rechecks += 1
             if self._rechecking:
                 if self._rechecking % 2 == 0:
                     self._probe_rows = warm_up_rows(self._recheck_cap)[1]
-            elif self.passes - self._recheck_at >= self._recheck_gap and self._contradicted(cap):
-                self._rechecking, self._recheck_at, self._recheck_cap = 2 * RECHECK_PROBES, self.passes, cap
-                self.rechecks += 1
-                self._probe_rows = warm_up_rows(cap)[1]
             elif self.since_probe >= self.cost_probe_gap:
                 self.since_probe = 0
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
