@@ -61,7 +61,7 @@ Robust for a first-time user and in a long-lived process:
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
   Target-only passes alone do not reopen that verdict (a machine that got
   busier would look like one where drafting pays), but where their timings
-  say it would turn, the other kinds are timed again: ``RECHECK_PROBES``
+  say it would turn by ``RECHECK_MARGIN``, the other kinds are timed again: ``RECHECK_PROBES``
   padded 2-row passes (the cheapest) with a draft step each, each followed
   by a 1-row pass, so that both sides are timed at the same moment. Every
   estimate is then taken at this moment: the 1-row and 2-row passes and the
@@ -160,9 +160,9 @@ RECHECK_PROBES = 3
 # followed by a 1-row pass (e78d36c), rechecks at 0.2 still came in 14-18 of 108 processes on noise alone, against
 # 0-2 at 0.3 (1.0011-1.0035 of target-only, against 1.0051-1.0054), where busy moments of 2, 3, 6 and 12 passes
 # in each hundred still start them (0.967, 0.965, 0.971, 0.966 of target-only under the same moments, against
-# 0.972, 0.968, 0.974, 0.973), and the chat pair's thin-margin case, a real gain a recheck must find, reads the
-# same (192 simulated processes: 10th percentile 0.936 and 0.934; python benchmarks/policy_sim.py --set
-# RECHECK_MARGIN=0.3; benchmarks/RESULTS.md, "Rarer rechecks")
+# 0.972, 0.968, 0.974, 0.973), and the chat pair's thin-margin case, a real gain a recheck must find, holds (10th
+# percentile 0.954, against 0.938; python benchmarks/policy_sim.py --set RECHECK_MARGIN=0.3; benchmarks/RESULTS.md,
+# "Rarer rechecks; a slower, noisier VM")
 RECHECK_MARGIN = 0.3
 RECHECK_GAP = 32
 # A recheck turns the verdict only where this moment's costs say perfect acceptance gains more than this (the
