@@ -157,7 +157,7 @@ RECHECK_PROBES = 3
 # ... and only where those timings put perfect acceptance this far above target-only: on the coder pair's
 # costs (0.94x) the noise of the latest timings alone started a recheck in 94 of 108 simulated fresh
 # processes at PAY_MARGIN (3 padded passes each, 0.95 of target-only's speed), in 12 at 0.2; and with each probe
-# followed by a 1-row pass (e78d36c), rechecks at 0.2 still came in 14-18 of 108 processes on noise alone, against
+# followed by a 1-row pass (e78d36c), noise alone still started 14-18 rechecks in 108 processes at 0.2, against
 # 0-2 at 0.3 (1.0011-1.0035 of target-only, against 1.0051-1.0054), where busy moments of 2, 3, 6 and 12 passes
 # in each hundred still start them (0.967, 0.965, 0.971, 0.966 of target-only under the same moments, against
 # 0.972, 0.968, 0.974, 0.973), and the chat pair's thin-margin case, a real gain a recheck must find, holds (10th

@@ -285,8 +285,8 @@ def test_where_drafting_cannot_pay_it_decodes_target_only(accept):
     """The coder pair's costs: target-only is the best fixed k at any
     acceptance; the policy drafts in <= 2% of passes and keeps >= 0.97 of
     target-only's speed, in fresh processes and in a long-lived one. The
-    timings' noise alone (+-20%, no busy moment) starts a recheck in at
-    most 5 of the 108 fresh processes: with RECHECK_MARGIN at 0.2 it
+    timings' noise alone (+-20%, no busy moment) starts at most 5
+    rechecks in the 108 fresh processes: with RECHECK_MARGIN at 0.2 it
     started 15, 18 and 14 at 0.5, 0.8 and 0.95 (3 probes each, 1.0015,
     1.0011 and 1.0035 of target-only); at 0.3, 2, 1 and 0 (1.0054, 1.0051,
     1.0053)."""
@@ -577,7 +577,8 @@ def test_a_warm_up_that_times_one_row_fast_does_not_keep_drafting_off_where_it_p
     and one early rejection does not end drafting on a margin that thin
     (MIN_EVIDENCE drafting passes first). Best fixed: k = 7, 1.16x
     target-only. Measured (benchmarks/policy_sim.py): median 0.991, 10th
-    percentile 0.946, lowest 0.887 (at 5416fee: 0.998, 0.948, 0.884), every
+    percentile 0.946, lowest 0.887 (at 5416fee: 0.998, 0.948, 0.884; at
+    229e0f8, RECHECK_MARGIN 0.3: 0.999, 0.954, 0.887), every
     process drafting in at least 30 passes; before (at 63304cf:
     --policy-from 63304cf): median 0.973, 10th percentile 0.879, 14 of 48
     processes drafting in fewer than 20 passes (as the real run that drafted
