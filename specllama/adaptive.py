@@ -61,9 +61,10 @@ Robust for a first-time user and in a long-lived process:
   (:meth:`DraftLengthPolicy.take_probe`), ever more rarely up to a bound.
   Target-only passes alone do not reopen that verdict (a machine that got
   busier would look like one where drafting pays), but where their timings
-  say it would turn by ``RECHECK_MARGIN``, the other kinds are timed again: ``RECHECK_PROBES``
-  padded 2-row passes (the cheapest) with a draft step each, each followed
-  by a 1-row pass, so that both sides are timed at the same moment. Every
+  say it would turn by ``RECHECK_MARGIN``, the other kinds are timed
+  again: ``RECHECK_PROBES`` padded 2-row passes (the cheapest) with a
+  draft step each, each followed by a 1-row pass, so that both sides
+  are timed at the same moment. Every
   estimate is then taken at this moment: the 1-row and 2-row passes and the
   draft step from the recheck's timings, the older timings of other row counts
   scaled as the 2-row passes grew dearer or cheaper, and of a pass's first
@@ -496,9 +497,14 @@ class DraftLengthPolicy:
         return one > seconds.get(1, math.inf) and not self._cannot_pay_on((draft, first, {**seconds, 1: one}), cap,
                                                                           RECHECK_MARGIN)
 
-    def _recheck_done(self, rows: int) -> None:
-        """A recheck's end, its probes ``rows`` rows each: every estimate, the
-        verdict's and the choice's, is taken at this moment. The draft steps,
+    @property
+    def _recheck_rows(self) -> int:
+        """Rows of a recheck's probes: the warm-up's cheapest multi-row pass."""
+        return warm_up_rows(self._recheck_cap)[1]
+
+    def _recheck_done(self) -> None:
+        """A recheck's end, its probes ``rows`` (:attr:`_recheck_rows`) rows
+        each: every estimate, the verdict's and the choice's, is taken at this moment. The draft steps,
         1-row and ``rows``-row passes keep only their latest ``TRUSTED``
         timings (taken together); the older timings of other row counts are
         scaled as the ``rows``-row passes grew dearer or cheaper against the
@@ -507,6 +513,7 @@ class DraftLengthPolicy:
         median 1-row pass's moment), and the verdict turns only by
         ``REOPEN_MARGIN``."""
         draft, first, seconds = self._verdict
+        rows = self._recheck_rows
         for window in (self.draft_steps, self.verify_passes.get(1), self.verify_passes.get(rows)):
             while window is not None and len(window) > TRUSTED:
                 window.popleft()
@@ -624,7 +631,7 @@ class DraftLengthPolicy:
                 self.rechecks += 1
             if self._rechecking:
                 if self._rechecking % 2 == 0:
-                    self._probe_rows = warm_up_rows(self._recheck_cap)[1]
+                    self._probe_rows = self._recheck_rows
             elif self.since_probe >= self.cost_probe_gap:
                 self.since_probe = 0
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
@@ -712,7 +719,7 @@ class DraftLengthPolicy:
         if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
             self._rechecking -= 1
             if not self._rechecking:
-                self._recheck_done(warm_up_rows(self._recheck_cap)[1])
+                self._recheck_done()
                 if self.cannot_pay(self._recheck_cap):
                     self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
