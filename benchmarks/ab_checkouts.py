@@ -10,7 +10,9 @@ user gets), 256 tokens of one of robustness.py's held-out prompts, the
 configurations in ABBA order round by round. Printed per round: each
 configuration's decode tok/s and target passes; then per configuration the
 median tok/s and passes, and the median and geometric mean of its ratio to
-the last configuration's run in the same round.
+the last configuration's run in the same round; and where its policy says
+(`generate --json`'s "policy"), its rechecks of a cannot-pay verdict, padded
+probe passes and drafting passes, all told.
 
     git worktree add --detach /tmp/old 5416fee
     python benchmarks/ab_checkouts.py --pair demo --prompt story --rounds 8 \\
@@ -63,12 +65,14 @@ def main() -> None:
     ap.add_argument("configs", nargs="+", type=configuration, metavar="NAME=CHECKOUT[:FLAGS]")
     args = ap.parse_args()
     got: dict[str, list[tuple[float, int]]] = {name: [] for name, _, _ in args.configs}
+    policy: dict[str, list[dict]] = {name: [] for name, _, _ in args.configs}
     with tempfile.TemporaryDirectory(prefix="specllama-ab-") as tmp:
         for r in range(args.rounds):
             order = args.configs if r % 2 == 0 else args.configs[::-1]
             for name, checkout, flags in order:
                 out = run(checkout, flags, args.pair, args.prompt, args.temp, args.seed + r, tmp)
                 got[name].append((out["tokens_per_second"], out["n_target_passes"]))
+                policy[name].append(out.get("policy") or {})
             print(f"round {r + 1}: " + "  ".join(f"{n} {got[n][-1][0]:.1f} tok/s, {got[n][-1][1]} passes" for n in got),
                   flush=True)
     ref = args.configs[-1][0]
@@ -78,6 +82,11 @@ def main() -> None:
               f"{statistics.median(p for _, p in runs):g} passes (fewest {min(p for _, p in runs)}, most "
               f"{max(p for _, p in runs)}); / {ref}: median {statistics.median(ratios):.3f}, geometric mean "
               f"{math.exp(statistics.mean(math.log(x) for x in ratios)):.3f}")
+        told = {key: sum(d[key] for d in policy[name]) for key in ("rechecks", "probes", "drafting_passes")
+                if policy[name] and all(key in d for d in policy[name])}
+        if told:
+            print(f"  {name}, all told over {len(runs)} runs: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                                             for k, v in told.items()))
 
 
 if __name__ == "__main__":

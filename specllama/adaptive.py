@@ -75,7 +75,13 @@ Robust for a first-time user and in a long-lived process:
   2-row ones read k = 1 as paying where nothing did: the coder pair there,
   also where the busy moment ended just as the 2-row passes were timed).
   Each probe's timings are taken against its own 1-row pass, and a recheck
-  turns the verdict only where drafting would gain ``REOPEN_MARGIN``.
+  turns the verdict only where drafting would gain ``REOPEN_MARGIN``. It
+  ends early where its probes so far already say that even perfect
+  acceptance cannot pay (``RECHECK_SETTLED``): the verdict then stands on
+  this moment's costs (three probes, each a 2-row pass and a draft step,
+  cost 1.5% of a 256-token run on the coder pair's costs, and in the
+  simulator another process's busy moments started a recheck about twice a
+  run).
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
   most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
@@ -166,6 +172,15 @@ RECHECK_PROBES = 3
 # "Rarer rechecks; a slower, noisier VM")
 RECHECK_MARGIN = 0.3
 RECHECK_GAP = 32
+# A recheck ends after any probe on whose timings so far (each against its own 1-row pass) even perfect
+# acceptance gains less than this, the verdict standing on them, and its other kinds' older timings taken to this
+# moment (a later cost probe reopens the verdict on them). Simulated, busy moments of 2, 3, 6 and 12 passes in each
+# hundred on the coder pair's costs (4 seeds each): 0.987, 0.996, 0.991, 0.989 of target-only under the same
+# moments, against 0.975, 0.972, 0.975, 0.974 with three probes every time; the chat pair's thin-margin case over
+# 192 processes: 10th percentile 0.930 against 0.934, 2 processes drafting in fewer than 20 passes against 1;
+# at 0.1, one of the 48 that tests/test_policy_sim.py runs drafted in fewer than 20 (benchmarks/RESULTS.md,
+# "A recheck that stops once its first probe says no")
+RECHECK_SETTLED = 0.0
 # A recheck turns the verdict only where this moment's costs say perfect acceptance gains more than this (the
 # verdict's margin otherwise is PAY_MARGIN): three timings of each kind are noisy, and on the coder pair's thin
 # margin a recheck's noise alone turned it (simulated, busy moments of 6 passes in each hundred: 1.4% of passes
@@ -317,6 +332,7 @@ class DraftLengthPolicy:
     _recheck_gap: int = RECHECK_GAP  # passes before another recheck may start
     _recheck_at: int = -RECHECK_GAP  # the pass the last recheck started
     rechecks: int = 0  # rechecks started, all told
+    probes: int = 0  # padded target-only passes timed (a recheck's, a cost probe's), all told
     warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
     # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
@@ -502,6 +518,55 @@ class DraftLengthPolicy:
         """Rows of a recheck's probes: the warm-up's cheapest multi-row pass."""
         return warm_up_rows(self._recheck_cap)[1]
 
+    def _recheck_pairs(self, n: int) -> tuple[float, list[float], list[float]] | None:
+        """A recheck's latest ``n`` probes, each against the 1-row pass after
+        it: the median of those 1-row passes, and the probes' passes and draft
+        steps set at its moment (None where the timings do not pair up)."""
+        ones = list(self.verify_passes.get(1, ()))[-n:]
+        probes = list(self.verify_passes.get(self._recheck_rows, ()))[-n:]
+        steps = list(self.draft_steps)[-n:]
+        if not n or not len(ones) == len(probes) == len(steps) == n:
+            return None
+        one = statistics.median(ones)
+        return one, [t * one / o for t, o in zip(probes, ones)], [t * one / o for t, o in zip(steps, ones)]
+
+    def _recheck_settled(self) -> tuple[float, float | None, dict[int, float]] | None:
+        """Within a recheck, after a probe and its 1-row pass: this moment's
+        costs on the probes so far (:meth:`_recheck_pairs`; the verdict's
+        other row counts scaled as the probes' passes grew dearer or cheaper
+        against its own, its first draft step as the draft steps did), where
+        they already say that even perfect acceptance cannot pay by
+        ``RECHECK_SETTLED``: the verdict stands, on these costs, and the
+        recheck ends. None where they do not."""
+        pairs = self._recheck_pairs(RECHECK_PROBES - self._rechecking // 2)
+        if pairs is None:
+            return None
+        one, probes, steps = pairs
+        draft, first, seconds = self._verdict
+        rows, probe, step = self._recheck_rows, statistics.median(probes), statistics.median(steps)
+        factor = probe / self._rows_cost(seconds)(rows)
+        moment = (step, None if first is None else first * step / draft,
+                  {**{other: t * factor for other, t in seconds.items()}, 1: one, rows: probe})
+        if not self._cannot_pay_on(moment, self._recheck_cap, RECHECK_SETTLED):
+            return None
+        # the other kinds' timings too (a later look at the costs takes them as they are now)
+        self._scale_older(factor, step / draft, fresh_rows=(1,), fresh_steps=False)
+        return moment
+
+    def _scale_older(self, rows_factor: float, step_factor: float, *, fresh_rows: tuple[int, ...],
+                     fresh_steps: bool) -> None:
+        """Older timings taken to a recheck's moment: those of every row
+        count but ``fresh_rows`` times ``rows_factor``, a pass's first draft
+        step's (and the draft steps', unless ``fresh_steps``) times ``step_factor``."""
+        for rows, window in self.verify_passes.items():
+            if rows not in fresh_rows:
+                self.verify_passes[rows] = deque((t * rows_factor for t in window), maxlen=window.maxlen)
+        steps = (("first_steps",) if fresh_steps else ("first_steps", "draft_steps"))
+        for name in steps:
+            window = getattr(self, name)
+            setattr(self, name, deque((t * step_factor for t in window), maxlen=window.maxlen))
+        self._typical_verify = None
+
     def _recheck_done(self) -> None:
         """A recheck's end, its probes ``rows`` (:attr:`_recheck_rows`) rows
         each: every estimate, the verdict's and the choice's, is taken at this moment. The draft steps,
@@ -518,21 +583,14 @@ class DraftLengthPolicy:
             while window is not None and len(window) > TRUSTED:
                 window.popleft()
         # each probe's timings against its own 1-row pass's, set at the recheck's typical 1-row moment
-        ones = list(self.verify_passes[1])
-        one = statistics.median(ones)
-        if len(self.verify_passes[rows]) == len(self.draft_steps) == len(ones):
-            for window in (self.verify_passes[rows], self.draft_steps):
-                paired = [t * one / o for t, o in zip(window, ones)]
+        pairs = self._recheck_pairs(len(self.verify_passes[1]))
+        if pairs is not None:
+            for window, paired in zip((self.verify_passes[rows], self.draft_steps), pairs[1:]):
                 window.clear()
                 window.extend(paired)
         self._typical_verify = None
-        rows_factor = self.verify_seconds[rows] / self._rows_cost(seconds)(rows)
-        for other, window in self.verify_passes.items():
-            if other not in (1, rows):
-                self.verify_passes[other] = deque((t * rows_factor for t in window), maxlen=window.maxlen)
-        step_factor = self.draft_seconds / draft
-        self.first_steps = deque((t * step_factor for t in self.first_steps), maxlen=self.first_steps.maxlen)
-        self._typical_verify = None
+        self._scale_older(self.verify_seconds[rows] / self._rows_cost(seconds)(rows), self.draft_seconds / draft,
+                          fresh_rows=(1, rows), fresh_steps=True)
         self._verdict = None
         self.cannot_pay(self._recheck_cap)  # the verdict on this moment's costs, turned only by REOPEN_MARGIN
         self._verdict_margin = REOPEN_MARGIN
@@ -718,7 +776,11 @@ class DraftLengthPolicy:
         self.observe_verify(n_drafted + 1, verify_seconds)
         if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
             self._rechecking -= 1
-            if not self._rechecking:
+            settled = self._recheck_settled() if self._rechecking else None
+            if settled is not None:  # the probes so far confirm the verdict: it stands on their costs
+                self._verdict, self._rechecking = settled, 0
+                self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+            elif not self._rechecking:
                 self._recheck_done()
                 if self.cannot_pay(self._recheck_cap):
                     self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
@@ -737,6 +799,7 @@ class DraftLengthPolicy:
         """A padded target-only pass of ``rows`` rows (:meth:`take_probe`)
         and one draft step, timed."""
         self.behind += 1
+        self.probes += 1
         # a recheck keeps the verdict until its last probe, then takes every cost at this moment
         rechecking = self._rechecking > 0
         self.observe_verify(rows, verify_seconds, reopen=not rechecking)
@@ -784,7 +847,7 @@ class DraftLengthPolicy:
         verdict, and whether drafting was given up (on costs or on acceptance)."""
         return {"prior_accept": self.prior_accept, "warm_up_ms": {n: 1000 * t for n, t in self.warm_up_costs.items()},
                 "cannot_pay": self.cannot_pay(cap), "gave_up": self.gave_up, "rechecks": self.rechecks,
-                "drafting_passes": self.drafting_passes, "verdict": self.verdict(cap)}
+                "probes": self.probes, "drafting_passes": self.drafting_passes, "verdict": self.verdict(cap)}
 
     # -- carried between processes ----------------------------------------
 

@@ -10,6 +10,7 @@ from specllama.adaptive import (
     CHECKED_TOKEN_WEIGHT,
     CLOSE_CALL,
     CLOSE_CALL_EVERY,
+    COST_PROBE_GAP,
     DECAY,
     ESTIMATE_WEIGHT,
     EXPLORE_EVERY,
@@ -409,23 +410,29 @@ def test_a_recheck_takes_every_cost_at_its_moment():
     2-row passes (70 ms) would make k = 1 pay (2 tokens in 114 ms against 140)
     and the policy would catch the draft up and draft at a loss, as the coder
     pair did in 10 of 12 rechecks on a 2-core VM (this test fails so at
-    75f18bd). The recheck times 2 rows, RECHECK_PROBES passes: 1.75x dearer,
-    as the draft steps; the 9-row passes are taken 1.75x dearer too (not
-    timed: three cost 0.8 s on the coder pair on that VM), and drafting still
-    cannot pay (k = 1: 2 tokens in 166 ms against 140)."""
+    75f18bd). The recheck's first probe times 2 rows 1.75x dearer, as the
+    draft step; the 9-row passes are taken 1.75x dearer too (not timed: three
+    cost 0.8 s on the coder pair on that VM), and drafting still cannot pay,
+    even at no margin (k = 1: 2 tokens in 166 ms against 140): the recheck
+    ends on that probe (RECHECK_SETTLED), the verdict standing on this
+    moment's costs, which no later 1-row pass contradicts. Every kind's older
+    timings are taken to that moment too: the cost probe at pass
+    COST_PROBE_GAP (9 rows and a draft step) reopens the verdict on them, and
+    drafting stays off (with the older timings left as they were, the
+    warm-up's calm 9-row passes and draft steps against busy 1-row passes
+    make drafting pay there: passes 513-515 draft)."""
     p = DraftLengthPolicy()
     p.observe_warm_up([0.025] * 5, {1: [0.040] * 5, 2: [0.070] * 5, 9: [0.300] * 5})
     assert p.cannot_pay(8)
     busy = 1.75
     rows_seen: list[int] = []
-    probed, drafted = run_target_only(p, 300, one_row=0.040 * busy, rows_seconds={2: 0.070 * busy, 9: 0.300 * busy},
+    probed, drafted = run_target_only(p, 1200, one_row=0.040 * busy, rows_seconds={2: 0.070 * busy, 9: 0.300 * busy},
                                       step=0.025 * busy, probed_rows=rows_seen)
     first = TRUSTED // 2 + 2
     assert drafted == [] and p.cannot_pay(8) and p.rechecks == 1
-    assert probed == recheck_probes(first)
-    assert rows_seen == [2] * RECHECK_PROBES
+    assert probed == [first, COST_PROBE_GAP] and rows_seen == [2, 9]
     draft, _, seconds = p._verdict  # the verdict's costs: this moment's, the 9-row passes' scaled
-    assert list(p.verify_passes[9]) == pytest.approx([0.300 * busy] * 5)
+    assert list(p.verify_passes[9]) == pytest.approx([0.300 * busy] * 6)
     assert draft == pytest.approx(0.025 * busy)
     assert [seconds[rows] for rows in (1, 2, 9)] == pytest.approx([0.040 * busy, 0.070 * busy, 0.300 * busy])
 
@@ -439,13 +446,14 @@ def test_a_busy_moment_that_ends_as_a_recheck_starts_does_not_turn_the_verdict()
     tokens in 25 + 70 = 95 ms against 140) and the policy would draft at a
     loss, as the coder pair did after 3 of 6 rechecks on a 2-core VM. Each
     probe is followed by a 1-row pass and the verdict is judged on those
-    (40 ms): no pass drafts."""
+    (40 ms): no pass drafts. The first probe against its 1-row pass already
+    says that drafting cannot pay (RECHECK_SETTLED): the recheck ends there."""
     p = DraftLengthPolicy()
     p.observe_warm_up([0.025] * 5, {1: [0.040] * 5, 2: [0.070] * 5, 9: [0.300] * 5})
     probed, drafted = run_target_only(p, 300, one_row=0.040, rows_seconds={2: 0.070, 9: 0.300}, step=0.025,
                                       busy=lambda i: 1.75 if i <= 2 else 1.0)
     assert drafted == [] and p.cannot_pay(8)
-    assert p.rechecks == 1 and probed == recheck_probes(TRUSTED // 2 + 2)
+    assert p.rechecks == 1 and probed == [TRUSTED // 2 + 2]
     assert p.verify_seconds[1] == pytest.approx(0.040)
 
 

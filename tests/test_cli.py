@@ -47,16 +47,18 @@ def test_json_output_greedy_same_with_and_without_draft(tiny_pair):
 
 def test_json_says_what_the_draft_lengths_rested_on(tiny_pair):
     """--json's "policy": the warm-up's medians, the prior acceptance rate,
-    the costs' verdict in words and whether drafting was given up (what a
-    benchmark's saved details keep of a slow run); none without a draft."""
+    the costs' verdict in words, whether drafting was given up, the rechecks
+    and padded probe passes (what a benchmark's saved details keep of a slow
+    run); none without a draft."""
     out = gen_json(tiny_pair, "-c", "256", "--temp", "0", "-n", "40")
     policy = out["policy"]
-    assert set(policy) == {"prior_accept", "warm_up_ms", "cannot_pay", "gave_up", "rechecks", "drafting_passes",
-                           "verdict"}
+    assert set(policy) == {"prior_accept", "warm_up_ms", "cannot_pay", "gave_up", "rechecks", "probes",
+                           "drafting_passes", "verdict"}
     assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step"}
     assert min(policy["warm_up_ms"].values()) > 0
     assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay"] else "drafting can pay")
     assert policy["drafting_passes"] == (out["tried_at"][0] if out["tried_at"] else 0)  # each reaches position 0
+    assert 0 <= policy["probes"] <= out["n_target_passes"] - policy["drafting_passes"]  # padded target-only passes
     assert 0 < policy["prior_accept"] <= 1
     assert "policy" not in gen_json(tiny_pair, "-c", "256", "--temp", "0", "-n", "4", "--draft-max", "0")
 
