@@ -13,8 +13,9 @@ policy's methods that the simulator calls must be those of today);
     python benchmarks/policy_sim.py --set TIE=0.02
 
 ``--seeds N`` also prints each Bernoulli case over N seeds (the tests' seed
-first; ``--processes`` long-lived processes each): how far a figure moves
-with the seed alone.
+first; ``--processes`` long-lived processes each), the busy-moment cases over
+N seeds, and the thin-margin case over N times its processes: how far a
+figure moves with the seed alone.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def main() -> None:
     ap.add_argument("--policy-from", metavar="COMMIT", help=f"{MODULE} as at this commit")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help=f"a constant of {MODULE} to change first")
-    ap.add_argument("--seeds", type=int, default=0, metavar="N", help="the Bernoulli cases over N seeds too")
+    ap.add_argument("--seeds", type=int, default=0, metavar="N",
+                    help="the Bernoulli and busy-moment cases over N seeds too")
     ap.add_argument("--processes", type=int, default=None, help="long-lived processes per seed (--seeds)")
     args = ap.parse_args()
     source = policy_source(args.policy_from)
@@ -93,6 +95,9 @@ def main() -> None:
         by_seed[f"long-lived, acceptance {accept}, first {early} passes rejected"] = [
             sim.long_lived_ratio(accept, early, seed, args.processes or sim.LONG_LIVED)
             for seed in range(7, 7 + args.seeds)]
+    for length in (2, 3, 6, 12) if args.seeds else ():
+        by_seed[f"the coder pair's costs, every cost 1.6x for {length} passes in each hundred (of target-only)"] = [
+            sim.busy_moments_run(length, seed=seed)[0] for seed in range(9, 9 + 10 * args.seeds, 10)]
     for name, rs in by_seed.items():
         print(f"{name}, {args.seeds} seeds: mean {np.mean(rs):.4f}, sd {np.std(rs, ddof=1):.4f}, "
               f"standard error {np.std(rs, ddof=1) / np.sqrt(len(rs)):.4f} ({' '.join(f'{r:.4f}' for r in rs)})")
@@ -114,6 +119,11 @@ def main() -> None:
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "
           f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
           f"{sum(d < 20 for d in drafting)}")
+    if args.seeds:
+        thin, drafting = sim.thin_margin_ratios(sim.THIN_PROCESSES * args.seeds)
+        print(f"... over {len(thin)} fresh processes: median {np.median(thin):.4f}, 10th percentile "
+              f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
+              f"{sum(d < 20 for d in drafting)}")
     for kind in sim.TRACE_KINDS:
         ours, control = sim.trace_ratios(kind)
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "

@@ -334,11 +334,11 @@ def busy_moments(length: int):
     return lambda passes: 1.6 if 40 <= passes % 100 < 40 + length else 1.0
 
 
-def busy_moments_run(length: int, accept: float = 0.95) -> tuple[float, int, int, int]:
+def busy_moments_run(length: int, accept: float = 0.95, seed: int = 9) -> tuple[float, int, int, int]:
     """``RUNS`` fresh processes on the coder pair's costs with :func:`busy_moments`:
     tokens per second over target-only's under the same moments, drafting
     passes, passes, and rechecks."""
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(seed)
     runs, alone = [Run(CODER, rng, agree=accept) for _ in range(RUNS)], [Run(CODER, rng, fixed=0) for _ in range(RUNS)]
     for run in runs + alone:
         run.busy = busy_moments(length)
@@ -363,11 +363,15 @@ def test_short_busy_moments_cost_little_where_drafting_cannot_pay(length):
     a 1-row pass, each probe's timings taken against its own 1-row pass's,
     and a recheck turning the verdict only by REOPEN_MARGIN: 3 passes 0.965,
     0.4%; 12 passes 0.966, 1.6% (with RECHECK_MARGIN 0.3: 0.968, 0.6%;
-    0.973, 1.3%). Bounds between: >= 0.95, <= 2.5% (a regression bound,
-    not the issue's goal)."""
+    0.973, 1.3%). Most rechecks then confirmed the verdict, and each paid
+    its three probes; a recheck that ends on the first probe whose timings
+    already say that even perfect acceptance cannot pay (RECHECK_SETTLED,
+    the verdict standing on those costs): 3 passes 0.997, 0.1%; 12 passes
+    0.985, 1.4%. Bounds between: >= 0.98 (which 66c253b fails), <= 2.5%
+    (regression bounds, not the issue's goal)."""
     ratio, drafting, passes, _ = busy_moments_run(length)
     assert drafting <= 0.025 * passes, (drafting, passes)
-    assert ratio >= 0.95, ratio
+    assert ratio >= 0.98, ratio
 
 
 @pytest.mark.parametrize("accept, early_rejections", cases(LONG_LIVED_CASES, unpack=True))
@@ -578,7 +582,8 @@ def test_a_warm_up_that_times_one_row_fast_does_not_keep_drafting_off_where_it_p
     (MIN_EVIDENCE drafting passes first). Best fixed: k = 7, 1.16x
     target-only. Measured (benchmarks/policy_sim.py): median 0.991, 10th
     percentile 0.946, lowest 0.887 (at 5416fee: 0.998, 0.948, 0.884; at
-    229e0f8, RECHECK_MARGIN 0.3: 0.999, 0.954, 0.887), every
+    229e0f8, RECHECK_MARGIN 0.3, and at 4570504, RECHECK_SETTLED: 0.999,
+    0.954, 0.887), every
     process drafting in at least 30 passes; before (at 63304cf:
     --policy-from 63304cf): median 0.973, 10th percentile 0.879, 14 of 48
     processes drafting in fewer than 20 passes (as the real run that drafted
