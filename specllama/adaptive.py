@@ -80,8 +80,8 @@ Robust for a first-time user and in a long-lived process:
   acceptance cannot pay (``RECHECK_SETTLED``): the verdict then stands on
   this moment's costs (three probes, each a 2-row pass and a draft step,
   cost 1.5% of a 256-token run on the coder pair's costs, and in the
-  simulator another process's busy moments started a recheck about twice a
-  run).
+  simulator another process's busy moments started a recheck once or twice
+  a run, nearly all of which confirmed the verdict).
 - When drafting could pay but the acceptance seen says it does not, the
   policy decodes target-only too, probing with a draft every 16, 32, ..., at
   most ``MAX_PROBE_GAP`` passes. Giving drafting up asks for its rates to
@@ -172,14 +172,14 @@ RECHECK_PROBES = 3
 # "Rarer rechecks; a slower, noisier VM")
 RECHECK_MARGIN = 0.3
 RECHECK_GAP = 32
-# A recheck ends after any probe on whose timings so far (each against its own 1-row pass) even perfect
-# acceptance gains less than this, the verdict standing on them, and its other kinds' older timings taken to this
-# moment (a later cost probe reopens the verdict on them). Simulated, busy moments of 2, 3, 6 and 12 passes in each
-# hundred on the coder pair's costs (4 seeds each): 0.987, 0.996, 0.991, 0.989 of target-only under the same
-# moments, against 0.975, 0.972, 0.975, 0.974 with three probes every time; the chat pair's thin-margin case over
-# 192 processes: 10th percentile 0.930 against 0.934, 2 processes drafting in fewer than 20 passes against 1;
-# at 0.1, one of the 48 that tests/test_policy_sim.py runs drafted in fewer than 20 (benchmarks/RESULTS.md,
-# "A recheck that stops once its first probe says no")
+# A recheck ends after any probe but its last where its timings so far (each against its own 1-row pass) say that
+# even perfect acceptance gains at most this: the verdict stands on them, and the older timings of the other kinds
+# are taken to this moment (a later cost probe reopens the verdict on them). Simulated, busy moments of 2, 3, 6 and
+# 12 passes in each hundred on the coder pair's costs (4 seeds each): 0.987, 0.996, 0.991, 0.989 of target-only
+# under the same moments, against 0.975, 0.972, 0.975, 0.974 with three probes every time; the chat pair's
+# thin-margin case over 192 processes: 10th percentile 0.930 against 0.934, 2 processes drafting in fewer than 20
+# passes against 1 (python benchmarks/policy_sim.py --seeds 4, and --policy-from 66c253b --seeds 4;
+# benchmarks/RESULTS.md, "A recheck that stops once its first probe says no")
 RECHECK_SETTLED = 0.0
 # A recheck turns the verdict only where this moment's costs say perfect acceptance gains more than this (the
 # verdict's margin otherwise is PAY_MARGIN): three timings of each kind are noisy, and on the coder pair's thin
@@ -525,20 +525,23 @@ class DraftLengthPolicy:
         ones = list(self.verify_passes.get(1, ()))[-n:]
         probes = list(self.verify_passes.get(self._recheck_rows, ()))[-n:]
         steps = list(self.draft_steps)[-n:]
-        if not n or not len(ones) == len(probes) == len(steps) == n:
+        if n < 1 or not len(ones) == len(probes) == len(steps) == n:
             return None
         one = statistics.median(ones)
         return one, [t * one / o for t, o in zip(probes, ones)], [t * one / o for t, o in zip(steps, ones)]
+
+    @property
+    def _recheck_probes_done(self) -> int:
+        return RECHECK_PROBES - self._rechecking // 2
 
     def _recheck_settled(self) -> tuple[float, float | None, dict[int, float]] | None:
         """Within a recheck, after a probe and its 1-row pass: this moment's
         costs on the probes so far (:meth:`_recheck_pairs`; the verdict's
         other row counts scaled as the probes' passes grew dearer or cheaper
         against its own, its first draft step as the draft steps did), where
-        they already say that even perfect acceptance cannot pay by
-        ``RECHECK_SETTLED``: the verdict stands, on these costs, and the
-        recheck ends. None where they do not."""
-        pairs = self._recheck_pairs(RECHECK_PROBES - self._rechecking // 2)
+        they already say that even perfect acceptance gains at most
+        ``RECHECK_SETTLED``; None where they do not."""
+        pairs = self._recheck_pairs(self._recheck_probes_done)
         if pairs is None:
             return None
         one, probes, steps = pairs
@@ -547,11 +550,26 @@ class DraftLengthPolicy:
         factor = probe / self._rows_cost(seconds)(rows)
         moment = (step, None if first is None else first * step / draft,
                   {**{other: t * factor for other, t in seconds.items()}, 1: one, rows: probe})
-        if not self._cannot_pay_on(moment, self._recheck_cap, RECHECK_SETTLED):
-            return None
-        # the other kinds' timings too (a later look at the costs takes them as they are now)
-        self._scale_older(factor, step / draft, fresh_rows=(1,), fresh_steps=False)
-        return moment
+        return moment if self._cannot_pay_on(moment, self._recheck_cap, RECHECK_SETTLED) else None
+
+    def _settle(self, moment: tuple[float, float | None, dict[int, float]]) -> None:
+        """A recheck ends on ``moment`` (:meth:`_recheck_settled`): the
+        verdict stands on it, the probes' own timings are kept as paired, and
+        the older timings of every kind but one row are taken to this moment
+        (a later cost probe reopens the verdict on them)."""
+        n, rows = self._recheck_probes_done, self._recheck_rows
+        _, probes, steps = self._recheck_pairs(n)
+        draft, _, seconds = self._verdict
+        for window in (self.verify_passes[rows], self.draft_steps):
+            for _ in range(n):
+                window.pop()
+        self._scale_older(moment[2][rows] / self._rows_cost(seconds)(rows), moment[0] / draft, fresh_rows=(1,),
+                          fresh_steps=False)
+        self.verify_passes[rows].extend(probes)
+        self.draft_steps.extend(steps)
+        self._typical_verify = None
+        self._verdict, self._rechecking = moment, 0
+        self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
     def _scale_older(self, rows_factor: float, step_factor: float, *, fresh_rows: tuple[int, ...],
                      fresh_steps: bool) -> None:
@@ -585,7 +603,8 @@ class DraftLengthPolicy:
         # each probe's timings against its own 1-row pass's, set at the recheck's typical 1-row moment
         pairs = self._recheck_pairs(len(self.verify_passes[1]))
         if pairs is not None:
-            for window, paired in zip((self.verify_passes[rows], self.draft_steps), pairs[1:]):
+            _, probes, steps = pairs
+            for window, paired in ((self.verify_passes[rows], probes), (self.draft_steps, steps)):
                 window.clear()
                 window.extend(paired)
         self._typical_verify = None
@@ -778,8 +797,7 @@ class DraftLengthPolicy:
             self._rechecking -= 1
             settled = self._recheck_settled() if self._rechecking else None
             if settled is not None:  # the probes so far confirm the verdict: it stands on their costs
-                self._verdict, self._rechecking = settled, 0
-                self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+                self._settle(settled)
             elif not self._rechecking:
                 self._recheck_done()
                 if self.cannot_pay(self._recheck_cap):

@@ -433,6 +433,9 @@ def test_a_recheck_takes_every_cost_at_its_moment():
     assert probed == [first, COST_PROBE_GAP] and rows_seen == [2, 9]
     draft, _, seconds = p._verdict  # the verdict's costs: this moment's, the 9-row passes' scaled
     assert list(p.verify_passes[9]) == pytest.approx([0.300 * busy] * 6)
+    # the warm-up's timings taken to this moment, the probe's own kept as timed (not scaled twice)
+    assert list(p.verify_passes[2]) == pytest.approx([0.070 * busy] * 6)
+    assert list(p.draft_steps) == pytest.approx([0.025 * busy] * 7)
     assert draft == pytest.approx(0.025 * busy)
     assert [seconds[rows] for rows in (1, 2, 9)] == pytest.approx([0.040 * busy, 0.070 * busy, 0.300 * busy])
 
