@@ -569,7 +569,6 @@ class DraftLengthPolicy:
         self.draft_steps.extend(steps)
         self._typical_verify = None
         self._verdict, self._rechecking = moment, 0
-        self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
     def _scale_older(self, rows_factor: float, step_factor: float, *, fresh_rows: tuple[int, ...],
                      fresh_steps: bool) -> None:
@@ -800,8 +799,8 @@ class DraftLengthPolicy:
                 self._settle(settled)
             elif not self._rechecking:
                 self._recheck_done()
-                if self.cannot_pay(self._recheck_cap):
-                    self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+            if not self._rechecking and self.cannot_pay(self._recheck_cap):  # a recheck that kept the verdict
+                self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
     def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True) -> None:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
