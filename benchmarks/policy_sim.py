@@ -16,6 +16,13 @@ policy's methods that the simulator calls must be those of today);
 first; ``--processes`` long-lived processes each), the busy-moment cases over
 N seeds, and the thin-margin case over N times its processes: how far a
 figure moves with the seed alone.
+
+``--exact-costs 1`` (or ``all``) prints the fresh Bernoulli cases alone, with
+the policy told the simulated demo machine's mean cost of a 1-row pass (or of
+every pass) in place of its estimates from noisy timings: an oracle no real
+policy has, which shows how much of a shortfall the costs' estimation makes.
+
+    python benchmarks/policy_sim.py --exact-costs 1
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=0, metavar="N",
                     help="the Bernoulli and busy-moment cases over N seeds too")
     ap.add_argument("--processes", type=int, default=None, help="long-lived processes per seed (--seeds)")
+    ap.add_argument("--exact-costs", choices=("1", "all"),
+                    help="the fresh Bernoulli cases alone, the policy told the 1-row (or every) pass's mean cost")
     args = ap.parse_args()
     source = policy_source(args.policy_from)
     for item in args.set:
@@ -80,6 +89,9 @@ def main() -> None:
     load_policy(source, f"{args.policy_from or 'checkout'}:{MODULE}")
     from tests import test_policy_sim as sim
 
+    if args.exact_costs:
+        exact_costs(sim, args.exact_costs)
+        return
     ratios = {f"fresh, acceptance {a if a != sim.FALLING else 'falling by position, 0.95 to 0.67'}":
               sim.fresh_ratio(a)[0] for a in sim.FRESH_RATES}
     for accept, early in sim.LONG_LIVED_CASES:
@@ -119,6 +131,14 @@ def main() -> None:
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "
           f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
           f"{sum(d < 20 for d in drafting)}")
+    if hasattr(sim, "CHAT_EPYC_BUSY_WARM_UP"):
+        (rows, factor), = sim.CHAT_EPYC_BUSY_WARM_UP.items()
+        busy, _ = sim.thin_margin_ratios(warm_up=sim.CHAT_EPYC_BUSY_WARM_UP)
+        calm, _ = sim.thin_margin_ratios(warm_up={})
+        print(f"the chat pair's costs, its warm-up's {rows}-row passes timed {factor:.2f}x the real ones "
+              f"({len(busy)} fresh processes): median {np.median(busy):.4f}, 10th percentile "
+              f"{np.percentile(busy, 10):.4f}, lowest {min(busy):.4f}; the same processes with a calm warm-up: "
+              f"{np.median(calm):.4f}, {np.percentile(calm, 10):.4f}, {min(calm):.4f}")
     if args.seeds:
         thin, drafting = sim.thin_margin_ratios(sim.THIN_PROCESSES * args.seeds)
         print(f"... over {len(thin)} fresh processes: median {np.median(thin):.4f}, 10th percentile "
@@ -129,6 +149,22 @@ def main() -> None:
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "
               f"percentile {np.percentile(ours, 10):.4f}, mean {np.mean(ours):.4f}; A/A control median "
               f"{np.median(control):.4f}, 10th percentile {np.percentile(control, 10):.4f}")
+
+
+def exact_costs(sim, which: str) -> None:
+    """The fresh Bernoulli cases with the policy's verify costs replaced by the
+    demo machine's means (the 1-row pass's, or ``all``)."""
+    policy = sim.DraftLengthPolicy
+    estimated = policy.verify_cost
+
+    def verify_cost(self, rows: int) -> float:
+        return sim.DEMO.verify(rows) if which == "all" or rows == 1 else estimated(self, rows)
+
+    policy.verify_cost = verify_cost
+    told = "every pass's" if which == "all" else "the 1-row pass's"
+    for accept in sim.FRESH_RATES:
+        name = accept if accept != sim.FALLING else "falling by position, 0.95 to 0.67"
+        print(f"fresh, acceptance {name}, the policy told {told} mean cost: {sim.fresh_ratio(accept)[0]:.4f}")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ Robust for a first-time user and in a long-lived process:
   Records fade with every drafting pass, also those of positions not
   reached, so an old verdict on a position is forgotten.
 - Costs: the median of the recent timings of each kind (a draft step; a
-  pass's first draft step; a verify pass of each row count), started from
+  pass's first draft step; a verify pass of each row count: more of them
+  for 1-row passes, ``ONE_ROW_WINDOW``), started from
   the warm-up at load (the median of >= 3 timings each of a draft step and
   of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Row
   counts timed too rarely are estimated from their neighbours,
@@ -191,6 +192,15 @@ REOPEN_MARGIN = 0.13
 MIN_EVIDENCE = 8  # drafting passes observed before the policy may give drafting up on the acceptance seen
 DRAFT_WINDOW = 32  # recent draft steps whose median is the draft cost
 VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
+# ... and of 1-row passes, which every choice is weighed against. While the policy drafts, few 1-row passes are
+# timed (a close call's, an exploration's), and with 8 a high draw held: it made drafting look better, so the policy
+# kept drafting, and no more 1-row passes came to outvote it. Simulated at acceptance 0.5 on the demo's costs
+# (target-only the best fixed k), fresh processes read 0.959 of target-only over 4 seeds with 8, 0.983 with 64, and
+# 0.990 when told the 1-row pass's true cost; the other cases where drafting pays move by at most 0.0013 in the mean
+# over 4 seeds but one, a long-lived process at 0.8 whose first 6 passes are rejected: 0.9815 -> 0.9742 (python
+# benchmarks/policy_sim.py --seeds 4, and --policy-from 5a34465 --seeds 4, --exact-costs 1; benchmarks/RESULTS.md,
+# "Where the simulator's shortfalls come from: the 1-row pass's cost")
+ONE_ROW_WINDOW = 64
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
 # ... before that, an interpolation between timed row counts counts as this many timings of
@@ -806,7 +816,8 @@ class DraftLengthPolicy:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
         a pass that timed no draft step (prompt-lookup drafts) keeps a
         cannot-pay verdict, as target-only passes do (see :meth:`cannot_pay`)."""
-        self.verify_passes.setdefault(rows, deque(maxlen=VERIFY_WINDOW)).append(seconds)
+        window = ONE_ROW_WINDOW if rows == 1 else VERIFY_WINDOW
+        self.verify_passes.setdefault(rows, deque(maxlen=window)).append(seconds)
         self._typical_verify = None
         self.last_timed[rows] = self.passes
         if rows > 1 and reopen:
