@@ -195,11 +195,13 @@ VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
 # ... and of 1-row passes, which every choice is weighed against. While the policy drafts, few 1-row passes are
 # timed (a close call's, an exploration's), and with 8 a high draw held: it made drafting look better, so the policy
 # kept drafting, and no more 1-row passes came to outvote it. Simulated at acceptance 0.5 on the demo's costs
-# (target-only the best fixed k), fresh processes read 0.959 of target-only over 4 seeds with 8, 0.983 with 64, and
-# 0.990 when told the 1-row pass's true cost; the other cases where drafting pays move by at most 0.0013 in the mean
-# over 4 seeds but one, a long-lived process at 0.8 whose first 6 passes are rejected: 0.9815 -> 0.9742 (python
-# benchmarks/policy_sim.py --seeds 4, and --policy-from 5a34465 --seeds 4, --exact-costs 1; benchmarks/RESULTS.md,
-# "Where the simulator's shortfalls come from: the 1-row pass's cost")
+# (target-only the best fixed k), fresh processes read 0.959 of target-only over 4 seeds with 8, 0.983 with 64,
+# and 0.990 (one seed) when told the 1-row pass's true cost; the other cases where drafting pays move by at most
+# 0.0013 in the mean over 4 seeds but one, a long-lived process at 0.8 whose first 6 passes are rejected:
+# 0.9815 -> 0.9742 (seeds 0.9697-0.9782). The simulator's timings do not drift: a window this long follows a
+# lasting change in the machine slowly, which no test covers yet (python benchmarks/policy_sim.py --seeds 4, and
+# --policy-from 5a34465 --seeds 4, --exact-costs 1; benchmarks/RESULTS.md, "Where the simulator's shortfalls
+# come from: the 1-row pass's cost; the coder pair at 0.8 and the chat pair at 0 to 20 rounds")
 ONE_ROW_WINDOW = 64
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
