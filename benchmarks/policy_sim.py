@@ -82,6 +82,8 @@ def main() -> None:
     ap.add_argument("--exact-costs", choices=("1", "all"),
                     help="the fresh Bernoulli cases alone, the policy told the 1-row (or every) pass's mean cost")
     args = ap.parse_args()
+    if args.exact_costs and args.seeds:
+        ap.error("--exact-costs runs the tests' seed alone: leave out --seeds")
     source = policy_source(args.policy_from)
     for item in args.set:
         source = with_constant(source, item)
@@ -92,8 +94,7 @@ def main() -> None:
     if args.exact_costs:
         exact_costs(sim, args.exact_costs)
         return
-    ratios = {f"fresh, acceptance {a if a != sim.FALLING else 'falling by position, 0.95 to 0.67'}":
-              sim.fresh_ratio(a)[0] for a in sim.FRESH_RATES}
+    ratios = {f"fresh, acceptance {case_name(sim, a)}": sim.fresh_ratio(a)[0] for a in sim.FRESH_RATES}
     for accept, early in sim.LONG_LIVED_CASES:
         ratios[f"long-lived, acceptance {accept}, first {early} passes rejected"] = sim.long_lived_ratio(accept, early)
     for name, ratio in ratios.items():
@@ -131,14 +132,13 @@ def main() -> None:
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "
           f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
           f"{sum(d < 20 for d in drafting)}")
-    if hasattr(sim, "CHAT_EPYC_BUSY_WARM_UP"):
-        (rows, factor), = sim.CHAT_EPYC_BUSY_WARM_UP.items()
-        busy, _ = sim.thin_margin_ratios(warm_up=sim.CHAT_EPYC_BUSY_WARM_UP)
-        calm, _ = sim.thin_margin_ratios(warm_up={})
-        print(f"the chat pair's costs, its warm-up's {rows}-row passes timed {factor:.2f}x the real ones "
-              f"({len(busy)} fresh processes): median {np.median(busy):.4f}, 10th percentile "
-              f"{np.percentile(busy, 10):.4f}, lowest {min(busy):.4f}; the same processes with a calm warm-up: "
-              f"{np.median(calm):.4f}, {np.percentile(calm, 10):.4f}, {min(calm):.4f}")
+    (rows, factor), = sim.CHAT_EPYC_BUSY_WARM_UP.items()
+    busy, _ = sim.thin_margin_ratios(warm_up=sim.CHAT_EPYC_BUSY_WARM_UP)
+    calm, _ = sim.thin_margin_ratios(warm_up={})
+    print(f"the chat pair's costs, its warm-up's {rows}-row passes timed {factor:.2f}x the real ones "
+          f"({len(busy)} fresh processes): median {np.median(busy):.4f}, 10th percentile "
+          f"{np.percentile(busy, 10):.4f}, lowest {min(busy):.4f}; the same processes with a calm warm-up: "
+          f"{np.median(calm):.4f}, {np.percentile(calm, 10):.4f}, {min(calm):.4f}")
     if args.seeds:
         thin, drafting = sim.thin_margin_ratios(sim.THIN_PROCESSES * args.seeds)
         print(f"... over {len(thin)} fresh processes: median {np.median(thin):.4f}, 10th percentile "
@@ -151,7 +151,12 @@ def main() -> None:
               f"{np.median(control):.4f}, 10th percentile {np.percentile(control, 10):.4f}")
 
 
-def exact_costs(sim, which: str) -> None:
+def case_name(sim: types.ModuleType, accept) -> str:
+    """A Bernoulli case's acceptance as the lines print it."""
+    return "falling by position, 0.95 to 0.67" if accept == sim.FALLING else str(accept)
+
+
+def exact_costs(sim: types.ModuleType, which: str) -> None:
     """The fresh Bernoulli cases with the policy's verify costs replaced by the
     demo machine's means (the 1-row pass's, or ``all``)."""
     policy = sim.DraftLengthPolicy
@@ -163,8 +168,8 @@ def exact_costs(sim, which: str) -> None:
     policy.verify_cost = verify_cost
     told = "every pass's" if which == "all" else "the 1-row pass's"
     for accept in sim.FRESH_RATES:
-        name = accept if accept != sim.FALLING else "falling by position, 0.95 to 0.67"
-        print(f"fresh, acceptance {name}, the policy told {told} mean cost: {sim.fresh_ratio(accept)[0]:.4f}")
+        print(f"fresh, acceptance {case_name(sim, accept)}, the policy told {told} mean cost: "
+              f"{sim.fresh_ratio(accept)[0]:.4f}")
 
 
 if __name__ == "__main__":

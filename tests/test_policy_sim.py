@@ -235,14 +235,15 @@ def test_the_machines_are_the_measured_ones():
 # 0.98: the demo pairs' case, the best fixed k at or near the cap; FALLING: a rate by position
 FRESH_RATES = (0.5, 0.8, 0.95, 0.98, FALLING)
 LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, first passes all rejected)
-# (benchmarks/policy_sim.py --seeds 8 prints each case over 8 seeds: a figure that moves with the seed
+# (benchmarks/policy_sim.py --seeds N prints each case over N seeds: a figure that moves with the seed
 # alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
     # (acceptance 0.5 read 0.959, 4 seeds: 0.9572-0.9599, until the 1-row pass's cost was the median of more timings,
     # adaptive.ONE_ROW_WINDOW: 0.983, 4 seeds 0.9813-0.9846)
     FALLING: "0.959 (4 seeds: 0.9578-0.9605, mean 0.959; 0.967 at 5416fee; told every pass's true cost, 0.975: "
-             "python benchmarks/policy_sim.py --exact-costs all, so the costs' estimation from noisy timings is most "
-             "of what is missing, more than the optimism about positions not yet tried; real traces do not fall so)",
+             "python benchmarks/policy_sim.py --exact-costs all, one seed, so the target passes' cost estimates "
+             "are most of what is missing; what the optimism about untried positions costs here was not "
+             "measured; real traces do not fall so)",
 }
 
 
@@ -263,8 +264,8 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
     drafting does not pay on the demo's costs; there k = 1 is 8% slower,
     about what the warm-up's 1-row timing can be off, and the policy read
     0.966 until close calls timed target-only anew, then 0.970; 0.963 after
-    drafting was kept 8 passes, 0.960 after the choice was optimistic about
-    positions not tried yet; 0.985 since the 1-row pass's cost is the median
+    drafting was kept 8 passes, 0.966 with rechecks, 0.959 once drafting
+    went on for 8 passes whatever the warm-up said (bb7d7c5); 0.985 since the 1-row pass's cost is the median
     of ONE_ROW_WINDOW timings, where 8 held a high draw while drafting timed
     few 1-row passes: --policy-from 5a34465 reads 0.960)."""
     ratio, k_best = fresh_ratio(accept)
@@ -560,7 +561,7 @@ THIN_PROCESSES = 48
 
 
 # A warm-up in a busy moment (benchmarks/RESULTS.md, "The chat pair's chat prompt at temperature 0, traced": one
-# run's warm-up timed its 9-row passes at 56.6 ms where later passes took about 42): benchmarks/policy_sim.py
+# run's warm-up timed its 9-row passes at 56.6 ms in four of its five rounds, 42 in the fifth): benchmarks/policy_sim.py
 # prints this case; no test asserts it yet
 CHAT_EPYC_BUSY_WARM_UP = {CAP + 1: 56.6 / 42}
 
@@ -588,10 +589,10 @@ def test_a_warm_up_that_times_one_row_fast_does_not_keep_drafting_off_where_it_p
     contradict that verdict, all costs are timed again together (a recheck),
     and one early rejection does not end drafting on a margin that thin
     (MIN_EVIDENCE drafting passes first). Best fixed: k = 7, 1.16x
-    target-only. Measured (benchmarks/policy_sim.py): median 0.991, 10th
-    percentile 0.946, lowest 0.887 (at 5416fee: 0.998, 0.948, 0.884; at
-    229e0f8, RECHECK_MARGIN 0.3, and at 4570504, RECHECK_SETTLED: 0.999,
-    0.954, 0.887), every
+    target-only. Measured (benchmarks/policy_sim.py): median 1.001, 10th
+    percentile 0.954, lowest 0.887 at c6f3045, ONE_ROW_WINDOW (at 5416fee:
+    0.998, 0.948, 0.884; at 229e0f8, RECHECK_MARGIN 0.3, and at 4570504,
+    RECHECK_SETTLED: 0.999, 0.954, 0.887), every
     process drafting in at least 30 passes; before (at 63304cf:
     --policy-from 63304cf): median 0.973, 10th percentile 0.879, 14 of 48
     processes drafting in fewer than 20 passes (as the real run that drafted
