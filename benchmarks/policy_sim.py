@@ -144,6 +144,11 @@ def main() -> None:
         print(f"... over {len(thin)} fresh processes: median {np.median(thin):.4f}, 10th percentile "
               f"{np.percentile(thin, 10):.4f}, lowest {min(thin):.4f}, drafting in fewer than 20 passes: "
               f"{sum(d < 20 for d in drafting)}")
+    before, after = sim.DRIFT
+    for accept in (0.5, 0.8):
+        print(f"a long-lived process whose machine is {before:g}x slower through the warm-up and its first "
+              f"{sim.DRIFT_SWITCH} calls, then {after:g}x, acceptance {accept} ({sim.DRIFT_PROCESSES} processes): "
+              f"{sim.drift_ratio(accept):.4f} of the best fixed k after the change")
     for kind in sim.TRACE_KINDS:
         ours, control = sim.trace_ratios(kind)
         print(f"real {sim.TRACE_KINDS[kind]} traces ({len(ours)} replays): median {np.median(ours):.4f}, 10th "

@@ -397,6 +397,45 @@ def long_lived_ratio(accept: float, early_rejections: int, seed: int = 7, proces
     return tps(results) / best
 
 
+# A machine whose speed changes for good in a long-lived process: every cost 1.5x (another process busy) through the
+# warm-up and the first DRIFT_SWITCH calls, then as measured (it ended)
+DRIFT = (1.5, 1.0)
+DRIFT_SWITCH = 3
+DRIFT_PROCESSES = 4 * LONG_LIVED  # (with 36, the ratio at acceptance 0.5 moved from 0.979 to 0.995 with the seed)
+
+
+def drift_ratio(accept: float, before: float = DRIFT[0], after: float = DRIFT[1], seed: int = 11,
+                processes: int = DRIFT_PROCESSES) -> float:
+    """Ten consecutive calls on one policy whose machine's costs are
+    ``before`` times the demo's through the warm-up and the first
+    ``DRIFT_SWITCH`` calls, then ``after`` times: the later calls' pooled
+    tokens per second over the best fixed k's on the changed machine."""
+    _, best = best_fixed(DEMO, accept, seed=6, calls=10)
+    rng = np.random.default_rng(seed)
+    results = []
+    for _ in range(processes):
+        run = Run(DEMO, rng, agree=accept, warm_up={rows: before for rows in WARM_UP_ROWS})
+        for call in range(10):
+            run.scale = before if call < DRIFT_SWITCH else after
+            tokens, seconds = run.call(constant(accept))
+            if call >= DRIFT_SWITCH:
+                results.append((tokens, seconds))
+    return tps(results) * after / best
+
+
+def test_a_machine_that_gets_calmer_does_not_keep_a_stale_one_row_cost():
+    """A long-lived process at acceptance 0.5 (target-only the best fixed k),
+    its machine 1.5x slower through the warm-up and three calls, then calm.
+    While it drafts, few 1-row passes are timed, and the 1-row cost is the
+    median of up to ONE_ROW_WINDOW of them: the busy ones stayed in it,
+    drafting looked better than it was, and the calls after the change read
+    0.984 of target-only over 144 processes (0.986 at 5a34465, with 8
+    timings). Timings older than ONE_ROW_AGE passes leave it: 0.994
+    (benchmarks/policy_sim.py prints it). Four seeds of 36 processes read
+    0.979-0.995 without the bound, 0.996-0.999 with it."""
+    assert drift_ratio(0.5) >= 0.99
+
+
 # Real temperature-0 generations of the demo pairs (benchmarks/acceptance_traces.py, which
 # names the command): where the draft's greedy token is the target's, and the pair's costs.
 TRACES = json.loads((Path(__file__).parent / "data" / "acceptance_traces.json").read_text(encoding="utf-8"))
