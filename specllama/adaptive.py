@@ -41,7 +41,8 @@ Robust for a first-time user and in a long-lived process:
   reached, so an old verdict on a position is forgotten.
 - Costs: the median of the recent timings of each kind (a draft step; a
   pass's first draft step; a verify pass of each row count: more of them
-  for 1-row passes, ``ONE_ROW_WINDOW``, within ``ONE_ROW_AGE`` passes), started from
+  for 1-row passes, ``ONE_ROW_WINDOW``, those older than ``ONE_ROW_AGE``
+  passes leaving but for the latest ``VERIFY_WINDOW``), started from
   the warm-up at load (the median of >= 3 timings each of a draft step and
   of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Row
   counts timed too rarely are estimated from their neighbours,
@@ -202,12 +203,12 @@ VERIFY_WINDOW = 8  # recent passes of one row count whose median is its cost
 # --seeds 4, --exact-costs 1; benchmarks/RESULTS.md, "Where the simulator's shortfalls come from: the 1-row pass's
 # cost; the coder pair at 0.8 and the chat pair at 0 to 20 rounds")
 ONE_ROW_WINDOW = 64
-# ... of which those timed more than this many passes ago leave it, but for the latest VERIFY_WINDOW: a window this
-# long followed a lasting change in the machine slowly. Simulated, long-lived processes at acceptance 0.5 whose
-# machine was 1.5x slower through the warm-up and three calls, then calm: the busy 1-row timings stayed, drafting
-# looked better than it was, and the calls after the change read 0.984 of the best fixed k over 144 processes
-# (0.986 with 8 timings), against 0.994 with this bound (tests/test_policy_sim.py's drift case; benchmarks/
-# RESULTS.md, "A 1-row cost that follows a machine that changes"). Fresh processes of 256 tokens never reach it.
+# ... of which those timed more than this many passes ago (choices made) leave it, but for the latest VERIFY_WINDOW:
+# a window this long followed a lasting change in the machine slowly (a long-lived process whose machine got calmer
+# kept its busy 1-row cost and drafted where target-only was best: tests/test_policy_sim.py's drift case, with the
+# figures). Fresh processes of 256 tokens never reach it. 64 and 128, one seed of 36 processes: as good at 0.5 after
+# a 1.5x stretch and better after 2x, but worse at 0.8 after 1.5x (benchmarks/RESULTS.md, "A 1-row cost that follows
+# a machine that changes").
 ONE_ROW_AGE = 256
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
@@ -324,7 +325,7 @@ class DraftLengthPolicy:
     first_steps: deque = field(default_factory=lambda: deque(maxlen=DRAFT_WINDOW))  # a pass's first step, seconds
     verify_passes: dict[int, deque] = field(default_factory=dict)  # rows -> recent seconds per pass
     # the pass each of the latest 1-row timings was taken at (aligned with verify_passes[1] from its newest)
-    one_row_at: deque = field(default_factory=lambda: deque(maxlen=ONE_ROW_WINDOW))
+    _one_row_at: deque = field(default_factory=lambda: deque(maxlen=ONE_ROW_WINDOW))
     passes: int = 0
     drafting_passes: int = 0  # passes observed that drafted something
     # While drafting does not pay, the draft model falls behind (it evaluates
@@ -829,10 +830,10 @@ class DraftLengthPolicy:
         window = ONE_ROW_WINDOW if rows == 1 else VERIFY_WINDOW
         self.verify_passes.setdefault(rows, deque(maxlen=window)).append(seconds)
         if rows == 1:
-            self.one_row_at.append(self.passes)
-        # every pass is timed here: 1-row timings older than ONE_ROW_AGE passes leave (the latest VERIFY_WINDOW stay)
+            self._one_row_at.append(self.passes)
+        # 1-row timings older than ONE_ROW_AGE passes (self.passes: choices made) leave; the latest VERIFY_WINDOW stay
         ones = self.verify_passes.get(1)
-        while ones and len(ones) > VERIFY_WINDOW and self.passes - self.one_row_at[-len(ones)] > ONE_ROW_AGE:
+        while ones and len(ones) > VERIFY_WINDOW and self.passes - self._one_row_at[-len(ones)] > ONE_ROW_AGE:
             ones.popleft()
         self._typical_verify = None
         self.last_timed[rows] = self.passes

@@ -16,6 +16,8 @@ from specllama.adaptive import (
     EXPLORE_EVERY,
     LEAN_WEIGHT,
     MIN_EVIDENCE,
+    ONE_ROW_AGE,
+    ONE_ROW_WINDOW,
     OUTLIER,
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
@@ -23,6 +25,7 @@ from specllama.adaptive import (
     START_K,
     TIE,
     TRUSTED,
+    VERIFY_WINDOW,
     WARM_UP_AGREEMENT_WEIGHT,
     DraftLengthPolicy,
     cannot_pay,
@@ -152,6 +155,34 @@ def test_a_close_call_times_target_only_now_and_then():
     # firing in vain at every pass would preempt
     assert choices(0.4, 50, minimum=1) == [1] * 47 + [2] + [1] * 2
     assert choices(0.4, 15, lookup=True) == [1] * 7 + [0] + [1] * 7
+
+
+def test_one_row_timings_older_than_one_row_age_leave_but_the_latest_few():
+    """1-row passes timed 60 ms at pass 0 (a busy warm-up and target-only
+    passes: 21 timings), then a calm machine (40 ms) where the policy drafts
+    at 90% acceptance and a 1-row pass is timed only now and then (every
+    50th pass here, and the policy's own explorations of k = 0). Until
+    ONE_ROW_AGE passes have gone by, the busy timings outvote the calm ones
+    and the 1-row cost reads 60 ms; after, they leave, but for as many as
+    keep the window at VERIFY_WINDOW timings, and it reads 40 ms."""
+    assert (ONE_ROW_WINDOW, ONE_ROW_AGE, VERIFY_WINDOW) == (64, 256, 8)
+    p = policy_with(0.9, 0.010, 0.040, 0.002)
+    p.verify_passes[1].clear()
+    for _ in range(21):
+        p.observe(0, 0, 0.0, 0.060)
+    calm, costs = [], {}
+    for n in range(1, ONE_ROW_AGE + 2):
+        k = 0 if n % 50 == 0 else p.choose(8)
+        if k == 0:
+            calm.append(n)
+        if n % 50 == 0:
+            p.choose(8)  # the pass's choice, overridden (the clock counts choices)
+        p.observe(k, k, 0.010 * k, 0.040 + 0.002 * k)
+        costs[n] = (len(p.verify_passes[1]), p.verify_cost(1))
+    assert calm == [32, 50, 100, 150, 200, 250]
+    assert costs[ONE_ROW_AGE] == (21 + len(calm), pytest.approx(0.060))
+    assert costs[ONE_ROW_AGE + 1] == (VERIFY_WINDOW, pytest.approx(0.040))
+    assert list(p.verify_passes[1]) == pytest.approx([0.060] * (VERIFY_WINDOW - len(calm)) + [0.040] * len(calm))
 
 
 def test_passes_of_one_draft_time_the_draft_step():

@@ -235,6 +235,8 @@ def test_the_machines_are_the_measured_ones():
 # 0.98: the demo pairs' case, the best fixed k at or near the cap; FALLING: a rate by position
 FRESH_RATES = (0.5, 0.8, 0.95, 0.98, FALLING)
 LONG_LIVED_CASES = ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6))  # (acceptance, first passes all rejected)
+# ((0.8, 6) sits at the goal's edge: 0.9707 at the tests' seed, 0.9681-0.9745 over 4 seeds, since ONE_ROW_AGE;
+# 0.9697-0.9782 before it, 0.9786-0.9850 with 8 1-row timings at 5a34465: benchmarks/policy_sim.py --seeds 4)
 # (benchmarks/policy_sim.py --seeds N prints each case over N seeds: a figure that moves with the seed
 # alone across 0.97 is not a shortfall; these stay below it at every seed)
 SHORT_OF_GOAL = {  # the measured ratio where the policy falls short of 0.97
@@ -401,7 +403,7 @@ def long_lived_ratio(accept: float, early_rejections: int, seed: int = 7, proces
 # warm-up and the first DRIFT_SWITCH calls, then as measured (it ended)
 DRIFT = (1.5, 1.0)
 DRIFT_SWITCH = 3
-DRIFT_PROCESSES = 4 * LONG_LIVED  # (with 36, the ratio at acceptance 0.5 moved from 0.979 to 0.995 with the seed)
+DRIFT_PROCESSES = 4 * LONG_LIVED  # (with 36, at acceptance 0.5 without ONE_ROW_AGE: 0.979-0.995 over 4 seeds)
 
 
 def drift_ratio(accept: float, before: float = DRIFT[0], after: float = DRIFT[1], seed: int = 11,
@@ -423,17 +425,21 @@ def drift_ratio(accept: float, before: float = DRIFT[0], after: float = DRIFT[1]
     return tps(results) * after / best
 
 
-def test_a_machine_that_gets_calmer_does_not_keep_a_stale_one_row_cost():
+def test_a_machine_that_gets_calmer_does_not_keep_a_stale_one_row_cost(monkeypatch):
     """A long-lived process at acceptance 0.5 (target-only the best fixed k),
     its machine 1.5x slower through the warm-up and three calls, then calm.
     While it drafts, few 1-row passes are timed, and the 1-row cost is the
     median of up to ONE_ROW_WINDOW of them: the busy ones stayed in it,
     drafting looked better than it was, and the calls after the change read
-    0.984 of target-only over 144 processes (0.986 at 5a34465, with 8
-    timings). Timings older than ONE_ROW_AGE passes leave it: 0.994
-    (benchmarks/policy_sim.py prints it). Four seeds of 36 processes read
-    0.979-0.995 without the bound, 0.996-0.999 with it."""
-    assert drift_ratio(0.5) >= 0.99
+    0.984 of target-only (0.986 at 5a34465, with 8 timings). Timings older
+    than ONE_ROW_AGE passes leave it: 0.994. Asserted: >= 0.99, and a gain of
+    >= 0.005 over the same processes without the bound (the smallest it
+    detects; the gain at other seeds is in benchmarks/RESULTS.md, "A 1-row
+    cost that follows a machine that changes")."""
+    bounded = drift_ratio(0.5)
+    monkeypatch.setattr(adaptive, "ONE_ROW_AGE", 10**9)
+    unbounded = drift_ratio(0.5)
+    assert bounded >= 0.99 and bounded - unbounded >= 0.005, (bounded, unbounded)
 
 
 # Real temperature-0 generations of the demo pairs (benchmarks/acceptance_traces.py, which
