@@ -4,7 +4,9 @@ empty remembered-costs file (what a first-time user gets), the policy's
 warm-up timings and acceptance check, then per pass the draft length, the
 estimates it was chosen from (acceptance by position, draft step, first step,
 1-row and 9-row target passes, the expected tokens per second of each k) and
-what the pass did (drafts, kept, draft and verify milliseconds).
+what the pass did (drafts, kept, draft and verify milliseconds); a padded
+target-only pass that re-measures the costs (a probe: its rows, its target pass
+and draft step milliseconds, and whether a recheck was under way).
 
 Where robustness.py shows a slow run (its --save files keep each process's
 drafts and passes), this shows why: for example a process that gave drafting
@@ -37,7 +39,7 @@ def traced_generate(argv: list[str]) -> dict:
 
     record: list[dict] = []
     policy = adaptive.DraftLengthPolicy
-    choose, observe = policy._choose, policy.observe
+    choose, observe, observe_probe = policy._choose, policy.observe, policy.observe_probe
     warm_up, agreement = policy.observe_warm_up, policy.observe_agreement
 
     def ms(seconds):
@@ -58,6 +60,11 @@ def traced_generate(argv: list[str]) -> dict:
                        "verify_ms": ms(verify_seconds), "first_step_ms": ms(first_step)})
         return observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step)
 
+    def traced_probe(self, rows, verify_seconds, draft_step_seconds):
+        record.append({"probe_rows": rows, "verify_ms": ms(verify_seconds), "draft_ms": ms(draft_step_seconds),
+                       "rechecking": self._rechecking})
+        return observe_probe(self, rows, verify_seconds, draft_step_seconds)
+
     def traced_warm_up(self, steps, verify):
         record.append({"warm_up": {"draft_step_ms": [ms(t) for t in steps],
                                    "verify_ms": {str(r): [ms(t) for t in ts] for r, ts in verify.items()}}})
@@ -67,7 +74,7 @@ def traced_generate(argv: list[str]) -> dict:
         record.append({"agreement": [agreed, n]})
         return agreement(self, agreed, n)
 
-    policy._choose, policy.observe = traced_choose, traced_observe
+    policy._choose, policy.observe, policy.observe_probe = traced_choose, traced_observe, traced_probe
     policy.observe_warm_up, policy.observe_agreement = traced_warm_up, traced_agreement
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     try:
