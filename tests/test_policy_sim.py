@@ -391,12 +391,25 @@ def long_lived_ratio(accept: float, early_rejections: int, seed: int = 7, proces
     """From the third call on, ``processes`` processes' pooled tokens per
     second over the best fixed k's."""
     _, best = best_fixed(DEMO, accept, seed=6, calls=10)
+    return tps(long_lived_calls(accept, seed, processes, early_rejections=early_rejections)) / best
+
+
+def long_lived_calls(accept: float, seed: int, processes: int, *, early_rejections: int = 0,
+                     scales: tuple[float, float] = (1.0, 1.0), kept_from: int = 2) -> list[tuple[int, float]]:
+    """Ten consecutive calls on each of ``processes`` policies on the demo's
+    costs, the first ``early_rejections`` passes all rejected, every cost
+    ``scales[0]`` times the demo's through the warm-up and the calls before
+    ``kept_from``, then ``scales[1]`` times: the calls from ``kept_from`` on."""
     rng = np.random.default_rng(seed)
     results = []
     for _ in range(processes):
-        run = Run(DEMO, rng, agree=accept)
-        results += [run.call(lambda i: 0.0 if i < early_rejections else accept) for _ in range(10)][2:]
-    return tps(results) / best
+        run = Run(DEMO, rng, agree=accept, warm_up={rows: scales[0] for rows in WARM_UP_ROWS})
+        for call in range(10):
+            run.scale = scales[call >= kept_from]
+            tokens_seconds = run.call(lambda i: 0.0 if i < early_rejections else accept)
+            if call >= kept_from:
+                results.append(tokens_seconds)
+    return results
 
 
 # A machine whose speed changes for good in a long-lived process: every cost 1.5x (another process busy) through the
@@ -413,16 +426,7 @@ def drift_ratio(accept: float, before: float = DRIFT[0], after: float = DRIFT[1]
     ``DRIFT_SWITCH`` calls, then ``after`` times: the later calls' pooled
     tokens per second over the best fixed k's on the changed machine."""
     _, best = best_fixed(DEMO, accept, seed=6, calls=10)
-    rng = np.random.default_rng(seed)
-    results = []
-    for _ in range(processes):
-        run = Run(DEMO, rng, agree=accept, warm_up={rows: before for rows in WARM_UP_ROWS})
-        for call in range(10):
-            run.scale = before if call < DRIFT_SWITCH else after
-            tokens, seconds = run.call(constant(accept))
-            if call >= DRIFT_SWITCH:
-                results.append((tokens, seconds))
-    return tps(results) * after / best
+    return tps(long_lived_calls(accept, seed, processes, scales=(before, after), kept_from=DRIFT_SWITCH)) * after / best
 
 
 def test_a_machine_that_gets_calmer_does_not_keep_a_stale_one_row_cost(monkeypatch):
