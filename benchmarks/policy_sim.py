@@ -1,7 +1,9 @@
 """The figures of the draft-length policy's timing-free tests where drafting
 pays (tests/test_policy_sim.py: simulated costs with +-20% noise; Bernoulli
 acceptance, and the demo pairs' real acceptance traces), each a ratio of the
-best fixed draft length's tokens per second, as the tests compute them.
+best fixed draft length's tokens per second, as the tests compute them. The
+fresh Bernoulli cases run on two machines: the demo's two measured points, and
+the demo pair's cost measured at every row count (``DEMO_MEASURED``).
 
 ``--policy-from COMMIT`` runs the same simulations with
 ``specllama/adaptive.py`` as it was at that commit (what a change moved; the
@@ -100,10 +102,17 @@ def main() -> None:
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.4f}")
     print(f"mean of the {len(ratios)} Bernoulli cases: {np.mean(list(ratios.values())):.4f}")
+    for accept in sim.FRESH_RATES:
+        print(f"fresh, the demo pair's measured row costs, acceptance {case_name(sim, accept)}: "
+              f"{sim.fresh_ratio(accept, machine=sim.DEMO_MEASURED)[0]:.4f}")
     by_seed = {}
     for accept in sim.FRESH_RATES if args.seeds else ():
         by_seed[f"fresh, acceptance {accept if accept != sim.FALLING else 'falling'}"] = [
             sim.fresh_ratio(accept, seed)[0] for seed in range(2, 2 + args.seeds)]
+    for accept in sim.FRESH_RATES if args.seeds else ():
+        name = accept if accept != sim.FALLING else "falling"
+        by_seed[f"fresh, the demo pair's measured row costs, acceptance {name}"] = [
+            sim.fresh_ratio(accept, seed, machine=sim.DEMO_MEASURED)[0] for seed in range(2, 2 + args.seeds)]
     for accept, early in sim.LONG_LIVED_CASES if args.seeds else ():
         by_seed[f"long-lived, acceptance {accept}, first {early} passes rejected"] = [
             sim.long_lived_ratio(accept, early, seed, args.processes or sim.LONG_LIVED)

@@ -44,9 +44,12 @@ Robust for a first-time user and in a long-lived process:
   for 1-row passes, ``ONE_ROW_WINDOW``, those older than ``ONE_ROW_AGE``
   passes leaving but for the latest ``VERIFY_WINDOW``), started from
   the warm-up at load (the median of >= 3 timings each of a draft step and
-  of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Row
-  counts timed too rarely are estimated from their neighbours,
-  optimistically, so they get measured.
+  of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Passes
+  of more than one row are priced on one smooth curve through all their
+  timings once three row counts are timed (:func:`smooth_rows`): each count
+  on its own few timings was too noisy to tell neighbouring draft lengths
+  apart. Before that, row counts timed too rarely are estimated from their
+  neighbours, optimistically, so they get measured.
 - Close calls: where the best draft length's expected gain over target-only
   is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
   times only its own side (a 1-row pass is timed by target-only passes alone):
@@ -97,10 +100,13 @@ past passes only, so it cannot bias the tokens (see engine.py).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the adaptive draft length (--draft-max)
 PAY_MARGIN = 0.10  # drafting that would gain less than this at perfect acceptance is not tried
@@ -210,6 +216,19 @@ ONE_ROW_WINDOW = 64
 # a 1.5x stretch and better after 2x, but worse at 0.8 after 1.5x (benchmarks/RESULTS.md, "A 1-row cost that follows
 # a machine that changes").
 ONE_ROW_AGE = 256
+# Passes of more than one row are priced on one smooth curve through every multi-row count's timings, not each on its
+# own few: a penalised least-squares fit (a Whittaker smoother) whose squared second differences weigh this many
+# timings each. Each count on its own, the median of <= 8 timings of +-20% noise was off by 6-7% (sd), where
+# neighbouring draft lengths differ by 1-3% in expected speed, and the choice wandered over k = 1..8 where k = 2-4
+# were the best: simulated, acceptance falling by position (0.95 to 0.67) read 0.959 of the best fixed k (4 seeds
+# 0.9578-0.9605), 0.975 told the true costs. On the curve: 0.972 (4 seeds 0.9719-0.9751). Stiffer curves gain a
+# little more there and on the demo pair's costs measured at every row count (which have a kink: a 7.8 ms step
+# between 6 and 7 rows where the others are 3-4.5 ms), but lose on the real traces' measured costs (10th percentile
+# at 0.8: 0.955 at 50, 0.951 at 100, against 0.958 at 30 and 0.956 before) and on the chat pair's thin margin (192
+# processes, median 0.998 at 50 against 1.003 at 30 and 1.006 before): benchmarks/RESULTS.md, "One curve for the
+# target's multi-row passes". The 1-row pass stays apart: the second row costs far more than each row after it.
+ROW_SMOOTHING = 30.0
+SMOOTHED_COUNTS = 3  # multi-row counts timed before the curve prices them (with two, any line fits both exactly)
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
 # ... before that, an interpolation between timed row counts counts as this many timings of
@@ -231,6 +250,43 @@ def typical(timings) -> float:
     does not count (timings only err upward that far)."""
     fastest = min(timings)
     return statistics.median([t for t in timings if t <= OUTLIER * fastest])
+
+
+@functools.lru_cache(maxsize=8)
+def _roughness(size: int) -> np.ndarray:
+    """D'D for D the second differences of ``size`` values: sum (v_(r-1) - 2 v_r + v_(r+1))^2 = v' D'D v."""
+    second = np.diff(np.eye(size), 2, axis=0)
+    return second.T @ second
+
+
+def smooth_rows(timings: dict[int, "deque[float] | list[float]"]) -> dict[int, float] | None:
+    """Row count -> seconds for every count from the fewest timed to the most,
+    on one smooth curve through the timings (``timings``: row count -> its
+    recent timings; None where fewer than ``SMOOTHED_COUNTS`` counts are timed).
+    The curve v minimises sum_r n_r (v_r - m_r)^2 + ROW_SMOOTHING * sum_r
+    (v_(r-1) - 2 v_r + v_(r+1))^2, with m_r a count's :func:`typical` timing
+    and n_r its timings under ``OUTLIER`` times the curve (fitted once with
+    all, then again without those: a pass timed cold). Counts never timed lie
+    on the curve between their neighbours."""
+    timed = {rows: list(ts) for rows, ts in timings.items() if ts}
+    if len(timed) < SMOOTHED_COUNTS:
+        return None
+    low, high = min(timed), max(timed)
+    size = high - low + 1
+    penalty = _roughness(size) * ROW_SMOOTHING
+
+    def fit(kept: dict[int, list[float]]) -> np.ndarray:
+        weight, target = np.zeros(size), np.zeros(size)
+        for rows, ts in kept.items():
+            if ts:
+                weight[rows - low], target[rows - low] = len(ts), typical(ts)
+        return np.linalg.solve(np.diag(weight) + penalty, weight * target)
+
+    curve = fit(timed)
+    kept = {rows: [t for t in ts if t <= OUTLIER * curve[rows - low]] for rows, ts in timed.items()}
+    if any(len(kept[rows]) < len(ts) for rows, ts in timed.items()) and sum(1 for ts in kept.values() if ts) >= 2:
+        curve = fit(kept)
+    return {low + i: float(v) for i, v in enumerate(curve)}
 
 
 def warm_up_rows(cap: int) -> tuple[int, ...]:
@@ -359,6 +415,8 @@ class DraftLengthPolicy:
     # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
     # the one writer of verify_passes, clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
+    # (the verify_seconds it was computed with, _curve's result)
+    _smooth: tuple[dict[int, float], dict[int, float] | None] | None = field(default=None, repr=False)
 
     # -- estimates --------------------------------------------------------
 
@@ -434,17 +492,27 @@ class DraftLengthPolicy:
     def verify_cost(self, rows: int) -> float:
         """Seconds for a target pass of ``rows`` rows.
 
-        A row count timed at least ``TRUSTED`` times costs its typical recent
-        pass (:func:`typical`). Otherwise its cost is estimated from the other row
-        counts (interpolated between the nearest timed ones, extrapolated
-        with a robust slope). A row count timed once or twice between two timed
-        ones takes the mean of its own timings and that interpolation
+        Once ``SMOOTHED_COUNTS`` multi-row counts are timed, a pass of as
+        many rows as the fewest of them or more costs the smooth curve through
+        their timings (:func:`smooth_rows`), extended past the most rows timed
+        along its last step. Before that, and for other row counts: a row count timed at least
+        ``TRUSTED`` times costs its typical recent pass (:func:`typical`).
+        Otherwise its cost is estimated from the other row counts
+        (interpolated between the nearest timed ones, extrapolated with a
+        robust slope). A row count timed once or twice between two timed ones
+        takes the mean of its own timings and that interpolation
         (``ESTIMATE_WEIGHT``): one draw, low or high, moves it halfway from the
         interpolation, and a timing over ``OUTLIER`` times the interpolation
         (timed cold) is left out, so the policy tries that length again
         instead of avoiding it. Outside them it takes the lower of its own
         timings and the extrapolation.
         """
+        curve = self._curve() if rows >= 2 else None
+        if curve and rows >= min(curve):
+            top = max(curve)
+            if rows <= top:
+                return curve[rows]
+            return curve[top] + max(curve[top] - curve[top - 1], 0.0) * (rows - top)
         own = self.verify_passes.get(rows)
         if own and len(own) >= TRUSTED:
             return self.verify_seconds[rows]
@@ -455,6 +523,16 @@ class DraftLengthPolicy:
         if own:  # an extrapolation is a guess: it only lowers the cost, so the count gets timed
             return min(min(own), estimate) if estimate is not None else min(own)
         return estimate if estimate is not None else 0.0
+
+    def _curve(self) -> dict[int, float] | None:
+        """:func:`smooth_rows` on the multi-row timings, computed once per
+        change of them (it is kept with the :attr:`verify_seconds` it was
+        computed with, which every change of a timing replaces)."""
+        typical_now = self.verify_seconds
+        if self._smooth is None or self._smooth[0] is not typical_now:
+            multi = {rows: ts for rows, ts in self.verify_passes.items() if rows >= 2}
+            self._smooth = (typical_now, smooth_rows(multi))
+        return self._smooth[1]
 
     def _estimate(self, rows: int, seconds: dict[int, float] | None = None) -> float | None:
         """A pass of ``rows`` rows from the other row counts' costs (``seconds``:

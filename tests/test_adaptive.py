@@ -22,6 +22,7 @@ from specllama.adaptive import (
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
     RECHECK_PROBES,
+    SMOOTHED_COUNTS,
     START_K,
     TIE,
     TRUSTED,
@@ -31,6 +32,7 @@ from specllama.adaptive import (
     cannot_pay,
     cost_verdict,
     expected_tokens,
+    smooth_rows,
     warm_up_rows,
 )
 
@@ -290,6 +292,62 @@ def test_a_row_count_timed_once_weighs_its_timing_with_its_neighbours_estimate()
         q.observe_verify(9, 0.120)
     q.observe_verify(5, 0.080 * OUTLIER + 0.001)  # timed cold: left out, so k = 4 is not avoided for it
     assert q.verify_cost(5) == pytest.approx(0.080)
+
+
+def line(rows: int) -> float:
+    """A target pass on a straight line: 40 ms for one row, 5 ms each row more."""
+    return 0.040 + 0.005 * (rows - 1)
+
+
+def test_the_multi_row_curve_is_the_line_its_timings_lie_on():
+    """Counts timed on a line: the curve is that line at every count between
+    them, timed or not, and past the most rows timed."""
+    curve = smooth_rows({2: [line(2)] * 5, 4: [line(4)] * 8, 9: [line(9)] * 5})
+    assert sorted(curve) == list(range(2, 10))
+    assert [curve[rows] for rows in range(2, 10)] == pytest.approx([line(rows) for rows in range(2, 10)])
+    p = DraftLengthPolicy()
+    for rows in (1, 2, 4, 9):
+        for _ in range(TRUSTED):
+            p.observe_verify(rows, line(rows))
+    assert [p.verify_cost(rows) for rows in (1, 3, 7, 9, 12)] == pytest.approx([line(r) for r in (1, 3, 7, 9, 12)])
+
+
+def test_a_low_draw_moves_the_multi_row_curve_little():
+    """One timing 20% low at 5 rows, between counts timed 5 times each: its
+    cost moves 5.1% (its own median would move all 20%; halfway with the
+    interpolation, as before the curve, 10%)."""
+    curve = smooth_rows({2: [line(2)] * 5, 5: [line(5) * 0.8], 9: [line(9)] * 5})
+    assert curve[5] / line(5) == pytest.approx(0.9492, abs=1e-4)
+    p = DraftLengthPolicy()
+    for rows in (1, 2, 9):
+        for _ in range(5):
+            p.observe_verify(rows, line(rows))
+    p.observe_verify(5, line(5) * 0.8)
+    assert p.verify_cost(5) / line(5) == pytest.approx(0.9492, abs=1e-4)
+
+
+def test_the_multi_row_curve_smooths_a_measured_kink_to_within_3_percent():
+    """The demo pair's measured passes (2-core VM, benchmarks/runs/row-costs-2026-12-03: a 7.8 ms step
+    between 6 and 7 rows where the others are 3-4.5 ms), 8 timings each: the curve is within 3% of every
+    count's own timing (6 rows +2.7%, 7 rows -2.3%), within 0.6% of a straight line through them (+3.0%,
+    -2.4%): at ROW_SMOOTHING a kink this size is mostly smoothed away (what the simulator's machines with
+    such kinks make of it: tests/test_policy_sim.py, DEMO_MEASURED and the traces' costs)."""
+    measured = {2: 45.9, 3: 50.4, 4: 54.5, 5: 57.9, 6: 61.1, 7: 68.9, 8: 72.3, 9: 75.4}
+    curve = smooth_rows({rows: [ms / 1000] * 8 for rows, ms in measured.items()})
+    off = {rows: curve[rows] * 1000 / ms - 1 for rows, ms in measured.items()}
+    assert max(abs(o) for o in off.values()) < 0.03
+    assert off[6] == pytest.approx(0.0266, abs=5e-4) and off[7] == pytest.approx(-0.0229, abs=5e-4)
+    slope, intercept = np.polyfit(list(measured), list(measured.values()), 1)
+    assert all(abs(curve[rows] * 1000 - (intercept + rows * slope)) / ms < 0.006 for rows, ms in measured.items())
+
+
+def test_a_pass_timed_cold_leaves_the_multi_row_curve():
+    """A timing over OUTLIER times the curve (a pass timed cold) is left
+    out, so that draft length is tried again instead of avoided; fewer than
+    SMOOTHED_COUNTS counts timed make no curve."""
+    curve = smooth_rows({2: [line(2)] * 5, 5: [line(5), line(5), line(5) * (OUTLIER + 0.5)], 9: [line(9)] * 5})
+    assert curve[5] == pytest.approx(line(5))
+    assert SMOOTHED_COUNTS == 3 and smooth_rows({2: [line(2)] * 5, 9: [line(9)] * 5}) is None
 
 
 def test_a_near_tie_goes_to_the_longer_draft():
