@@ -285,9 +285,10 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
 # Where the policy falls short on the demo pair's measured row costs (DEMO_MEASURED; benchmarks/policy_sim.py
 # --seeds 4 prints each over 4 seeds)
 SHORT_ON_MEASURED = {
-    0.8: "0.953 (4 seeds: 0.9480-0.9544): target-only is the best fixed k by 11% (the second row costs 1.60x one), and "
-         "the policy drafts in ~11% of passes, most of them in its first 40 (eight drafting passes before the "
-         "acceptance seen may end drafting, then optimism about it); 0.951 before the multi-row curve (benchmarks/policy_sim.py --policy-from 2d0bb52)",
+    0.8: "0.953 (4 seeds: 0.9480-0.9544): target-only is the best fixed k by 11% (the second row costs 1.60x "
+         "one), and the policy drafts in 11.7% of passes, 69% of those in its first 40 (eight drafting passes "
+         "before the acceptance seen may end drafting, then optimism about it); 0.951 before the multi-row "
+         "curve (benchmarks/policy_sim.py --policy-from 2d0bb52)",
     FALLING: "0.969 (4 seeds: 0.9677-0.9721, at the goal's edge; 0.9632-0.9699 before the multi-row curve, "
              "0.9667-0.9752 with a stiffer one, ROW_SMOOTHING = 100)",
 }
