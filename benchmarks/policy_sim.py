@@ -110,8 +110,7 @@ def main() -> None:
         by_seed[f"fresh, acceptance {accept if accept != sim.FALLING else 'falling'}"] = [
             sim.fresh_ratio(accept, seed)[0] for seed in range(2, 2 + args.seeds)]
     for accept in sim.FRESH_RATES if args.seeds else ():
-        name = accept if accept != sim.FALLING else "falling"
-        by_seed[f"fresh, the demo pair's measured row costs, acceptance {name}"] = [
+        by_seed[f"fresh, the demo pair's measured row costs, acceptance {case_name(sim, accept)}"] = [
             sim.fresh_ratio(accept, seed, machine=sim.DEMO_MEASURED)[0] for seed in range(2, 2 + args.seeds)]
     for accept, early in sim.LONG_LIVED_CASES if args.seeds else ():
         by_seed[f"long-lived, acceptance {accept}, first {early} passes rejected"] = [

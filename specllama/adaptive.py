@@ -46,7 +46,7 @@ Robust for a first-time user and in a long-lived process:
   the warm-up at load (the median of >= 3 timings each of a draft step and
   of target passes of 1, 2 and cap + 1 rows: :func:`warm_up_rows`). Passes
   of more than one row are priced on one smooth curve through all their
-  timings once three row counts are timed (:func:`smooth_rows`): each count
+  timings once three multi-row counts are timed (:func:`smooth_rows`): each count
   on its own few timings was too noisy to tell neighbouring draft lengths
   apart. Before that, row counts timed too rarely are estimated from their
   neighbours, optimistically, so they get measured.
@@ -228,7 +228,7 @@ ONE_ROW_AGE = 256
 # processes, median 0.998 at 50 against 1.003 at 30 and 1.006 before): benchmarks/RESULTS.md, "One curve for the
 # target's multi-row passes". The 1-row pass stays apart: the second row costs far more than each row after it.
 ROW_SMOOTHING = 30.0
-SMOOTHED_COUNTS = 3  # multi-row counts timed before the curve prices them (with two, any line fits both exactly)
+CURVE_MIN_COUNTS = 3  # multi-row counts timed before the curve prices them (with two, any line fits both exactly)
 OUTLIER = 2.0  # a timing over this many times the fastest of its kind (or a row count's interpolation) is left out
 TRUSTED = 3  # timings of a row count before its own are trusted over its neighbours' estimate
 # ... before that, an interpolation between timed row counts counts as this many timings of
@@ -262,14 +262,16 @@ def _roughness(size: int) -> np.ndarray:
 def smooth_rows(timings: dict[int, "deque[float] | list[float]"]) -> dict[int, float] | None:
     """Row count -> seconds for every count from the fewest timed to the most,
     on one smooth curve through the timings (``timings``: row count -> its
-    recent timings; None where fewer than ``SMOOTHED_COUNTS`` counts are timed).
+    recent timings; None where fewer than ``CURVE_MIN_COUNTS`` counts are timed).
     The curve v minimises sum_r n_r (v_r - m_r)^2 + ROW_SMOOTHING * sum_r
     (v_(r-1) - 2 v_r + v_(r+1))^2, with m_r a count's :func:`typical` timing
-    and n_r its timings under ``OUTLIER`` times the curve (fitted once with
-    all, then again without those: a pass timed cold). Counts never timed lie
-    on the curve between their neighbours."""
+    and n_r the timings that takes. A count timed fewer than ``TRUSTED`` times
+    (where :func:`typical` cannot tell a cold timing) is first set against the
+    curve through the other counts alone, and its timings over ``OUTLIER``
+    times that are left out (a pass timed cold: that length is then tried again,
+    not avoided). Counts never timed lie on the curve between their neighbours."""
     timed = {rows: list(ts) for rows, ts in timings.items() if ts}
-    if len(timed) < SMOOTHED_COUNTS:
+    if len(timed) < CURVE_MIN_COUNTS:
         return None
     low, high = min(timed), max(timed)
     size = high - low + 1
@@ -279,14 +281,17 @@ def smooth_rows(timings: dict[int, "deque[float] | list[float]"]) -> dict[int, f
         weight, target = np.zeros(size), np.zeros(size)
         for rows, ts in kept.items():
             if ts:
-                weight[rows - low], target[rows - low] = len(ts), typical(ts)
+                fastest = min(ts)
+                weight[rows - low] = sum(1 for t in ts if t <= OUTLIER * fastest)
+                target[rows - low] = typical(ts)
         return np.linalg.solve(np.diag(weight) + penalty, weight * target)
 
-    curve = fit(timed)
-    kept = {rows: [t for t in ts if t <= OUTLIER * curve[rows - low]] for rows, ts in timed.items()}
-    if any(len(kept[rows]) < len(ts) for rows, ts in timed.items()) and sum(1 for ts in kept.values() if ts) >= 2:
-        curve = fit(kept)
-    return {low + i: float(v) for i, v in enumerate(curve)}
+    kept = dict(timed)
+    for rows, ts in timed.items():
+        if len(ts) < TRUSTED:
+            others = fit({other: t for other, t in timed.items() if other != rows})[rows - low]
+            kept[rows] = [t for t in ts if t <= OUTLIER * others]
+    return {low + i: float(v) for i, v in enumerate(fit(kept))}
 
 
 def warm_up_rows(cap: int) -> tuple[int, ...]:
@@ -412,8 +417,8 @@ class DraftLengthPolicy:
     probes: int = 0  # padded target-only passes timed (a recheck's, a cost probe's), all told
     warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
-    # verify_seconds, computed once per timing (each choice reads it for every k): observe_verify,
-    # the one writer of verify_passes, clears it
+    # verify_seconds, computed once per timing (each choice reads it for every k): whatever changes
+    # verify_passes (observe_verify, a recheck's end) clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
     # (the verify_seconds it was computed with, _curve's result)
     _smooth: tuple[dict[int, float], dict[int, float] | None] | None = field(default=None, repr=False)
@@ -492,7 +497,7 @@ class DraftLengthPolicy:
     def verify_cost(self, rows: int) -> float:
         """Seconds for a target pass of ``rows`` rows.
 
-        Once ``SMOOTHED_COUNTS`` multi-row counts are timed, a pass of as
+        Once ``CURVE_MIN_COUNTS`` multi-row counts are timed, a pass of as
         many rows as the fewest of them or more costs the smooth curve through
         their timings (:func:`smooth_rows`), extended past the most rows timed
         along its last step. Before that, and for other row counts: a row count timed at least
@@ -525,9 +530,10 @@ class DraftLengthPolicy:
         return estimate if estimate is not None else 0.0
 
     def _curve(self) -> dict[int, float] | None:
-        """:func:`smooth_rows` on the multi-row timings, computed once per
-        change of them (it is kept with the :attr:`verify_seconds` it was
-        computed with, which every change of a timing replaces)."""
+        """:func:`smooth_rows` on the multi-row timings, computed again after
+        any timing changes (it is kept with the :attr:`verify_seconds` it was
+        computed with, which every change of a target pass's timing replaces:
+        a 1-row timing too)."""
         typical_now = self.verify_seconds
         if self._smooth is None or self._smooth[0] is not typical_now:
             multi = {rows: ts for rows, ts in self.verify_passes.items() if rows >= 2}

@@ -11,6 +11,7 @@ from specllama.adaptive import (
     CLOSE_CALL,
     CLOSE_CALL_EVERY,
     COST_PROBE_GAP,
+    CURVE_MIN_COUNTS,
     DECAY,
     ESTIMATE_WEIGHT,
     EXPLORE_EVERY,
@@ -22,7 +23,6 @@ from specllama.adaptive import (
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
     RECHECK_PROBES,
-    SMOOTHED_COUNTS,
     START_K,
     TIE,
     TRUSTED,
@@ -310,6 +310,16 @@ def test_the_multi_row_curve_is_the_line_its_timings_lie_on():
         for _ in range(TRUSTED):
             p.observe_verify(rows, line(rows))
     assert [p.verify_cost(rows) for rows in (1, 3, 7, 9, 12)] == pytest.approx([line(r) for r in (1, 3, 7, 9, 12)])
+    # off the line (each count's timings 3% high or low by turns), the policy prices every multi-row pass on the curve,
+    # not on a count's own median
+    noisy = {rows: [line(rows) * (1.03 if rows % 2 else 0.97)] * TRUSTED for rows in (2, 3, 4, 5, 9)}
+    q = DraftLengthPolicy()
+    for rows, ts in {1: [line(1)] * TRUSTED, **noisy}.items():
+        for t in ts:
+            q.observe_verify(rows, t)
+    curve = smooth_rows(noisy)
+    assert [q.verify_cost(rows) for rows in range(2, 10)] == pytest.approx([curve[rows] for rows in range(2, 10)])
+    assert abs(curve[3] / line(3) - 1) < 0.02 and q.verify_cost(3) != pytest.approx(noisy[3][0])
 
 
 def test_a_low_draw_moves_the_multi_row_curve_little():
@@ -342,12 +352,23 @@ def test_the_multi_row_curve_smooths_a_measured_kink_to_within_3_percent():
 
 
 def test_a_pass_timed_cold_leaves_the_multi_row_curve():
-    """A timing over OUTLIER times the curve (a pass timed cold) is left
-    out, so that draft length is tried again instead of avoided; fewer than
-    SMOOTHED_COUNTS counts timed make no curve."""
+    """A count's only timing over OUTLIER times the curve through the other
+    counts (a pass timed cold: the first pass at a new length, which also
+    starts the curve) is left out, so that draft length is tried again
+    instead of avoided; one under it is kept; among three or more timings,
+    typical() leaves a cold one out. Fewer than CURVE_MIN_COUNTS counts
+    timed make no curve."""
+    cold = {2: [line(2)] * 3, 5: [line(5) * (OUTLIER + 0.5)], 9: [line(9)] * 3}
+    assert smooth_rows(cold)[5] == pytest.approx(line(5))
+    p = DraftLengthPolicy()
+    for rows, ts in {1: [line(1)] * 3, **cold}.items():
+        for t in ts:
+            p.observe_verify(rows, t)
+    assert p.verify_cost(5) == pytest.approx(line(5)) and p.verify_cost(7) == pytest.approx(line(7))
+    assert smooth_rows({**cold, 5: [line(5) * (OUTLIER - 0.1)]})[5] > 1.2 * line(5)
     curve = smooth_rows({2: [line(2)] * 5, 5: [line(5), line(5), line(5) * (OUTLIER + 0.5)], 9: [line(9)] * 5})
     assert curve[5] == pytest.approx(line(5))
-    assert SMOOTHED_COUNTS == 3 and smooth_rows({2: [line(2)] * 5, 9: [line(9)] * 5}) is None
+    assert CURVE_MIN_COUNTS == 3 and smooth_rows({2: [line(2)] * 5, 9: [line(9)] * 5}) is None
 
 
 def test_a_near_tie_goes_to_the_longer_draft():

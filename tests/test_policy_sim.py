@@ -285,7 +285,7 @@ def test_fresh_processes_reach_the_best_fixed_k_where_drafting_pays(accept):
 # Where the policy falls short on the demo pair's measured row costs (DEMO_MEASURED; benchmarks/policy_sim.py
 # --seeds 4 prints each over 4 seeds)
 SHORT_ON_MEASURED = {
-    0.8: "0.953 (4 seeds: 0.9480-0.9544): target-only is the best fixed k by 11% (the second row costs 1.60x "
+    0.8: "0.953 (4 seeds: 0.9480-0.9544): target-only is 12.8% faster than the best k >= 1 (the second row costs 1.60x "
          "one), and the policy drafts in 11.7% of passes, 69% of those in its first 40 (eight drafting passes "
          "before the acceptance seen may end drafting, then optimism about it); 0.951 before the multi-row "
          "curve (benchmarks/policy_sim.py --policy-from 2d0bb52)",
@@ -299,9 +299,15 @@ def test_on_the_demo_pairs_measured_row_costs_fresh_processes_reach_the_best_fix
     """The same fresh processes on the demo pair's costs as measured at every
     row count (DEMO_MEASURED: a second row dearer than the ones after it, an
     uneven step): >= 0.97 of the best fixed k's tokens per second."""
-    ratio, k_best = fresh_ratio(accept, machine=DEMO_MEASURED)
-    assert k_best == {0.5: 0, 0.8: 0, 0.95: 5, 0.98: 8, FALLING: 4}[accept]
+    ratio, _ = fresh_ratio(accept, machine=DEMO_MEASURED)
     assert ratio >= 0.97, ratio
+
+
+@pytest.mark.parametrize("accept", FRESH_RATES)
+def test_the_best_fixed_k_on_the_demo_pairs_measured_row_costs(accept):
+    """What the shortfalls above are measured against: target-only at 0.5
+    and 0.8 (the second row costs 1.60x one), long drafts above."""
+    assert best_fixed(DEMO_MEASURED, accept, seed=1)[0] == {0.5: 0, 0.8: 0, 0.95: 5, 0.98: 8, FALLING: 4}[accept]
 
 
 def fresh_ratio(accept, seed: int = 2, machine: Machine = DEMO) -> tuple[float, int]:
@@ -465,14 +471,17 @@ def test_a_machine_that_gets_calmer_does_not_keep_a_stale_one_row_cost(monkeypat
     drafting looked better than it was, and the calls after the change read
     0.984 of target-only (4 seeds: 0.982-0.987). Timings older than
     ONE_ROW_AGE passes leave it: 0.994 (4 seeds: 0.994-0.998; a gain of
-    0.009-0.016 at each). Asserted: >= 0.99, and a gain of >= 0.005 over the
-    same processes without the bound, the smallest it detects
-    (benchmarks/policy_sim.py --seeds 4, and --set ONE_ROW_AGE=1000000000
-    --seeds 4)."""
+    0.009-0.016 at each). Since the multi-row passes are priced on one curve
+    (adaptive.ROW_SMOOTHING) the drafting side is priced better and the stale
+    1-row cost misleads less: without the bound 0.991 (seeds 11-14: 0.9908,
+    0.9901, 0.9837, 0.9890), with it 0.995 (0.9954, 0.9965, 0.9961, 0.9966),
+    a gain of 0.0046-0.0124. Asserted: >= 0.99, and a gain of >= 0.004 over
+    the same processes without the bound (paired: the same timings and draws
+    until the bound first acts)."""
     bounded = drift_ratio(0.5)
     monkeypatch.setattr(adaptive, "ONE_ROW_AGE", 10**9)
     unbounded = drift_ratio(0.5)
-    assert bounded >= 0.99 and bounded - unbounded >= 0.005, (bounded, unbounded)
+    assert bounded >= 0.99 and bounded - unbounded >= 0.004, (bounded, unbounded)
 
 
 # Real temperature-0 generations of the demo pairs (benchmarks/acceptance_traces.py, which
