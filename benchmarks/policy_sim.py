@@ -106,12 +106,10 @@ def main() -> None:
         print(f"fresh, the demo pair's measured row costs, acceptance {case_name(sim, accept)}: "
               f"{sim.fresh_ratio(accept, machine=sim.DEMO_MEASURED)[0]:.4f}")
     by_seed = {}
-    for accept in sim.FRESH_RATES if args.seeds else ():
-        by_seed[f"fresh, acceptance {accept if accept != sim.FALLING else 'falling'}"] = [
-            sim.fresh_ratio(accept, seed)[0] for seed in range(2, 2 + args.seeds)]
-    for accept in sim.FRESH_RATES if args.seeds else ():
-        by_seed[f"fresh, the demo pair's measured row costs, acceptance {case_name(sim, accept)}"] = [
-            sim.fresh_ratio(accept, seed, machine=sim.DEMO_MEASURED)[0] for seed in range(2, 2 + args.seeds)]
+    for machine, case in ((sim.DEMO, "fresh"), (sim.DEMO_MEASURED, "fresh, the demo pair's measured row costs")):
+        for accept in sim.FRESH_RATES if args.seeds else ():
+            by_seed[f"{case}, acceptance {accept if accept != sim.FALLING else 'falling'}"] = [
+                sim.fresh_ratio(accept, seed, machine=machine)[0] for seed in range(2, 2 + args.seeds)]
     for accept, early in sim.LONG_LIVED_CASES if args.seeds else ():
         by_seed[f"long-lived, acceptance {accept}, first {early} passes rejected"] = [
             sim.long_lived_ratio(accept, early, seed, args.processes or sim.LONG_LIVED)
