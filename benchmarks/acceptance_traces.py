@@ -153,13 +153,19 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--sampled", type=float, metavar="T", help="also record sampled traces at this temperature")
     ap.add_argument("--costs-only", action="store_true", help="measure and print the costs alone, no traces")
+    ap.add_argument("--files", nargs=2, metavar=("TARGET", "DRAFT"), help="a pair of GGUF files instead of --pairs")
+    ap.add_argument("--gpu-layers", type=int, metavar="N", help="layers of both models on the GPU (-1: all)")
     args = ap.parse_args()
     os.environ.setdefault("SPECLLAMA_COST_CACHE", "0")
     from specllama import SpeculativeLlama
 
     out: dict = {"command": "python benchmarks/acceptance_traces.py " + " ".join(sys.argv[1:]), "pairs": {}}
-    for pair in args.pairs.split(","):
-        with SpeculativeLlama(pair=pair, adaptive=False) as llm:
+    layers = args.gpu_layers
+    offload = {} if layers is None else {"n_gpu_layers": layers, "n_gpu_layers_draft": layers}
+    opened = ([("+".join(os.path.basename(f) for f in args.files), {"target": args.files[0], "draft": args.files[1]})]
+              if args.files else [(pair, {"pair": pair}) for pair in args.pairs.split(",")])
+    for pair, models in opened:
+        with SpeculativeLlama(**models, adaptive=False, **offload) as llm:
             target, draft = llm.engine.target, llm.engine.draft
             if args.costs_only:
                 out["pairs"][pair] = costs_of = costs(target, draft)

@@ -123,9 +123,15 @@ def generate_command(pair: str, prompt: str, n: int, temp: float, seed: int, fla
             "--temp", str(temp), "--seed", str(seed), "--ignore-eos", "--json", *flags]
 
 
-def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str) -> dict:
+def offload_flags(layers: int | None) -> list[str]:
+    """--gpu-layers as ``specllama generate``'s flags: both models' layers on the GPU."""
+    return [] if layers is None else ["-ngl", str(layers), "-ngld", str(layers)]
+
+
+def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, tmp: str,
+                 gpu_layers: int | None = None) -> dict:
     """One fresh process; its decode tok/s and its load + warm-up seconds."""
-    cmd = generate_command(pair, prompt, n, temp, seed, CONFIGS[config])
+    cmd = generate_command(pair, prompt, n, temp, seed, CONFIGS[config] + offload_flags(gpu_layers))
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=fresh_env(tmp))
     wall = time.perf_counter() - t0
@@ -139,9 +145,10 @@ def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed:
 
 
 def run_long_lived(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, calls: int,
-                   tmp: str) -> dict:
+                   tmp: str, gpu_layers: int | None = None) -> dict:
     """One process, ``calls`` consecutive API calls; tok/s of each."""
-    arg = json.dumps([pair, prompt, n, temp, seed, calls, API_FLAGS[config]])
+    offload = {} if gpu_layers is None else {"n_gpu_layers": gpu_layers, "n_gpu_layers_draft": gpu_layers}
+    arg = json.dumps([pair, prompt, n, temp, seed, calls, API_FLAGS[config] | offload])
     out = subprocess.run([sys.executable, "-c", LONG_LIVED, arg], capture_output=True, text=True,
                          env=fresh_env(tmp))
     if out.returncode != 0:
@@ -207,6 +214,9 @@ def main() -> None:
     ap.add_argument("--rotate", action="store_true",
                     help="round r starts its ABBA order at the r-th configuration (each takes every position in "
                          "turn)")
+    ap.add_argument("--gpu-layers", type=int, metavar="N",
+                    help="layers of both models on the GPU (-ngl N -ngld N; -1: all); needs a GPU build of "
+                         "llama-cpp-python")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="write the measurements so far to FILE after every round")
     ap.add_argument("--report", metavar="FILE", nargs="+", help="print the summary of --save files (runs stopped "
@@ -238,10 +248,11 @@ def main() -> None:
                         if c in TWINS and temp > 0 and not args.aa_same_seed:
                             seed += AA_SEED_OFFSET  # a text of its own, as every other configuration samples
                         if args.long_lived:
-                            out = run_long_lived(pair, c, PROMPTS[kind], args.n, temp, seed, args.calls, tmp)
+                            out = run_long_lived(pair, c, PROMPTS[kind], args.n, temp, seed, args.calls, tmp,
+                                                 args.gpu_layers)
                             got[c].append(statistics.mean(out["tps"][first_counted:]))
                         else:
-                            out = run_generate(pair, c, PROMPTS[kind], args.n, temp, seed, tmp)
+                            out = run_generate(pair, c, PROMPTS[kind], args.n, temp, seed, tmp, args.gpu_layers)
                             got[c].append(out["tps"])
                             runs.append({"round": r + 1, "pair": pair, "temperature": temp, "config": c,
                                          "prompt": kind, "seed": seed, "position": position, **out["detail"]})
