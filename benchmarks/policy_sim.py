@@ -136,6 +136,12 @@ def main() -> None:
         print(f"the coder pair's costs, every cost 1.6x for {length} passes in each hundred, acceptance 0.95: "
               f"{ratio:.4f} of target-only under the same moments, drafting in {drafting} of {passes} passes, "
               f"rechecks {rechecks} in {sim.RUNS} fresh processes")
+    for one_row in (1.0, 1.5, 2.0):
+        for accept in (0.8, 0.95):
+            ratio, drafting = sim.gpu_run(one_row, accept)
+            print(f"the demo pair on an H200 (drafting cannot pay), its warm-up's 1-row passes {one_row:g}x and draft "
+                  f"steps {sim.GPU_WARM_UP_DRAFT:g}x decoding's, acceptance {accept}: {ratio:.4f} of target-only, "
+                  f"drafting in {100 * drafting:.1f}% of passes ({sim.RUNS} fresh processes)")
     thin, drafting = sim.thin_margin_ratios()
     print(f"the chat pair on a 2-core VM, its warm-up's 1-row passes timed {sim.CHAT_EPYC_WARM_UP_ONE_ROW:.2f}x the "
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "

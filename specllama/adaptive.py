@@ -50,6 +50,15 @@ Robust for a first-time user and in a long-lived process:
   on its own few timings was too noisy to tell neighbouring draft lengths
   apart. Before that, row counts timed too rarely are estimated from their
   neighbours, optimistically, so they get measured.
+- The warm-up's timings against decoding's: the warm-up times the models
+  alone, and on a GPU far from what decoding pays (an H200: a 1-row pass
+  1.4-2.3x, a draft step 0.6x). The first drafting pass is set against
+  what the warm-up's timings say it costs; where it took over 1 / ``SUSPECT``
+  of that, the warm-up's draft steps are scaled to the pass's, and where the
+  choice hinges on the 1-row cost (``HINGE``), target-only passes time it:
+  the first ``TRUSTED`` of decoding judge the warm-up's 1-row timings, which
+  leave where those are under ``CONTRADICTED`` of theirs (drafting passes
+  never time a 1-row pass).
 - Close calls: where the best draft length's expected gain over target-only
   is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
   times only its own side (a 1-row pass is timed by target-only passes alone):
@@ -242,6 +251,25 @@ WARM_UP_TIMINGS = 5  # timings of each kind at load (their median is used)
 # many passes ago, so both sides are judged by timings of the same time.
 CLOSE_CALL = 0.10
 CLOSE_CALL_EVERY = 8
+# The warm-up times the models' evaluations alone, at load; decoding's timings also hold each row's sampling, and
+# on a GPU the warm-up's passes came out far from decoding's: on an H200 the demo pair's warm-up timed a 1-row pass
+# at 1.4-2.3x what target-only decoding paid (2.1-3.4 ms against 1.43-1.58, sampling included) and a draft step at
+# 0.6x (1.05-1.18 ms against 1.69-1.82), drafting looked like it paid, drafting passes re-time their own side but
+# never a 1-row pass, and fresh processes ran at 0.61 of target-only where no draft length pays (benchmarks/RESULTS.md,
+# "On a GPU"). So the first drafting pass is set against what the warm-up's timings say it costs: where it took over
+# 1 / SUSPECT of that, the warm-up's draft steps are scaled to the pass's, and its 1-row timings are suspect; where
+# the choice then hinges on them (even perfect acceptance would not pay if a 1-row pass cost HINGE of the estimate),
+# target-only passes time a 1-row pass before drafting goes on. The first TRUSTED target-only passes of decoding
+# (these, or any other but a recheck's) judge the warm-up's 1-row timings: where their median is under CONTRADICTED
+# of the warm-up's, the older 1-row timings leave. A probe or a recheck's end, which time the costs again, ends
+# both judgements. Simulated on those costs (tests/test_policy_sim.py, GPU_DEMO):
+# 0.975-0.980 of target-only where the warm-up read the 1-row pass 1.5-2x dear, against 0.820 and 0.660. On the
+# 2-core VM none of 7 fresh processes of the demo pair (temperatures 0 and 0.8) found its first pass that far off,
+# a decoding 1-row pass costs at least the warm-up's (it also samples), and the simulator's CPU cases moved by at
+# most 0.004 (benchmarks/runs/gpu-2026-12-04/policy_sim_after.txt).
+CONTRADICTED = 0.7
+HINGE = 0.5
+SUSPECT = 0.75
 
 
 def typical(timings) -> float:
@@ -417,6 +445,15 @@ class DraftLengthPolicy:
     probes: int = 0  # padded target-only passes timed (a recheck's, a cost probe's), all told
     warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
+    # the warm-up's 1-row timings, until target-only passes of decoding have judged them (CONTRADICTED)
+    _warm_one_row: list[float] = field(default_factory=list)
+    _decoded_one_row: list[float] = field(default_factory=list)  # ... and those passes' timings so far
+    # the warm-up's draft steps, until a drafting pass has judged them (SUSPECT), and how many of draft_steps'
+    # timings are not decoding's (a remembered one, the warm-up's)
+    _warm_draft: list[float] = field(default_factory=list)
+    _undecoded_steps: int = 0
+    _warm_rows: dict[int, float] = field(default_factory=dict)  # the warm-up's passes: rows -> median seconds
+    _warm_off: bool = False  # they did: the warm-up's 1-row timings are then suspect too (HINGE)
     # verify_seconds, computed once per timing (each choice reads it for every k): whatever changes
     # verify_passes (observe_verify, a recheck's end) clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
@@ -674,6 +711,7 @@ class DraftLengthPolicy:
         self.draft_steps.extend(steps)
         self._typical_verify = None
         self._verdict, self._rechecking = moment, 0
+        self._warm_draft, self._warm_one_row = [], []  # every cost taken at this moment
 
     def _scale_older(self, rows_factor: float, step_factor: float, *, fresh_rows: tuple[int, ...],
                      fresh_steps: bool) -> None:
@@ -715,6 +753,7 @@ class DraftLengthPolicy:
         self._scale_older(self.verify_seconds[rows] / self._rows_cost(seconds)(rows), self.draft_seconds / draft,
                           fresh_rows=(1, rows), fresh_steps=True)
         self._verdict = None
+        self._warm_draft, self._warm_one_row = [], []  # every cost taken at this moment
         self.cannot_pay(self._recheck_cap)  # the verdict on this moment's costs, turned only by REOPEN_MARGIN
         self._verdict_margin = REOPEN_MARGIN
 
@@ -818,6 +857,8 @@ class DraftLengthPolicy:
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
                 self._probe_rows = cap + 1
             return 0
+        if minimum == 0 and self._hinges_on_warm_one_row(cap):
+            return 0  # target-only passes time what the choice hinges on (HINGE)
         rates, may_pay = self._rates(cap)
         best = _best_drafting(rates) if may_pay else 0
         if best == 0 and not self._sure(cap):
@@ -856,6 +897,56 @@ class DraftLengthPolicy:
                     best = min(range(cap + 1), key=lambda k: self.last_timed.get(k + 1, -1))
         return best
 
+    def _hinges_on_warm_one_row(self, cap: int) -> bool:
+        """Whether the warm-up's 1-row timings are unjudged but suspect (its
+        draft steps were off: ``SUSPECT``) and the choice hinges on them: even
+        perfect acceptance would not pay if a 1-row pass cost ``HINGE`` of its
+        estimate. Then target-only passes time it (``CONTRADICTED``)."""
+        if not (self._warm_one_row and self._warm_off) or self.draft_seconds is None:
+            return False
+        seconds = {rows: self.verify_cost(rows) for rows in self.verify_passes}
+        seconds[1] *= HINGE
+        return self._cannot_pay_on((self.draft_seconds, self.first_step_seconds, seconds), cap)
+
+    def _judge_warm_up(self, n_drafted: int, draft_seconds: float, verify_seconds: float) -> None:
+        """The first drafting pass that timed draft steps (a mean of its steps
+        after its first, after the warm-up's timings, the oldest): where it
+        took over 1 / ``SUSPECT`` of what the warm-up's timings say it would
+        (its steps at the warm-up's median step, its target pass interpolated
+        between the warm-up's row counts), the warm-up's draft steps are
+        scaled to this pass's, and its 1-row timings are suspect too
+        (:meth:`_hinges_on_warm_one_row`)."""
+        steps = list(self.draft_steps)
+        older, decoded = steps[:self._undecoded_steps], steps[self._undecoded_steps:]
+        if not decoded:
+            return
+        step = statistics.median(self._warm_draft)
+        rows = sorted(self._warm_rows.items())
+        predicted = n_drafted * step + float(np.interp(n_drafted + 1, [r for r, _ in rows], [t for _, t in rows]))
+        if SUSPECT * (draft_seconds + verify_seconds) > predicted:
+            factor = statistics.median(decoded) / step
+            self.draft_steps.clear()
+            self.draft_steps.extend([t * factor for t in older] + decoded)
+            self._verdict = None
+            self._warm_off = True
+        self._warm_draft = []
+
+    def _judge_warm_one_row(self, seconds: float) -> None:
+        """A target-only pass of decoding (not a recheck's) took ``seconds``:
+        once ``TRUSTED`` are timed, the 1-row timings older than theirs (the
+        warm-up's, a remembered one) leave if their median is under
+        ``CONTRADICTED`` of the warm-up's."""
+        self._decoded_one_row.append(seconds)
+        if len(self._decoded_one_row) < TRUSTED:
+            return
+        if statistics.median(self._decoded_one_row) < CONTRADICTED * statistics.median(self._warm_one_row):
+            ones = self.verify_passes[1]
+            while len(ones) > len(self._decoded_one_row):
+                ones.popleft()
+            self._typical_verify = None
+            self._verdict = None
+        self._warm_one_row = []
+
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
                 first_step: float | None = None) -> None:
         """Learn from one finished pass.
@@ -889,6 +980,8 @@ class DraftLengthPolicy:
                 self.first_steps.append(first_step)
                 if n_drafted > 1 and draft_seconds > first_step:
                     self.draft_steps.append((draft_seconds - first_step) / (n_drafted - 1))
+            if self._warm_draft and self._warm_rows:
+                self._judge_warm_up(n_drafted, draft_seconds, verify_seconds)
             self._verdict = None
             # a pass that drafts within a recheck (a minimum draft length, another cap) ends it: its own
             # timings reopen the verdict, and the recheck's probes and 1-row passes no longer pair up
@@ -897,6 +990,8 @@ class DraftLengthPolicy:
         else:
             self.behind += 1
         self.observe_verify(n_drafted + 1, verify_seconds)
+        if not n_drafted and self._warm_one_row and not self._rechecking:
+            self._judge_warm_one_row(verify_seconds)
         if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
             self._rechecking -= 1
             settled = self._recheck_settled() if self._rechecking else None
@@ -929,6 +1024,7 @@ class DraftLengthPolicy:
         and one draft step, timed."""
         self.behind += 1
         self.probes += 1
+        self._warm_draft, self._warm_one_row = [], []  # the costs are timed again: the warm-up's are not judged after
         # a recheck keeps the verdict until its last probe, then takes every cost at this moment
         rechecking = self._rechecking > 0
         self.observe_verify(rows, verify_seconds, reopen=not rechecking)
@@ -965,6 +1061,13 @@ class DraftLengthPolicy:
             for t in ts:
                 if t > 0:
                     self.observe_verify(int(rows), float(t))
+        self._warm_draft = [float(t) for t in draft_steps if t > 0]
+        self._warm_rows = {int(rows): statistics.median(kept) for rows, ts in verify.items()
+                           if (kept := [t for t in ts if t > 0])}
+        self._undecoded_steps = len(self.draft_steps)
+        self._warm_one_row = [float(t) for rows, ts in verify.items() if int(rows) == 1 for t in ts if t > 0]
+        self._decoded_one_row = []
+        self._warm_off = False
         kept = {f"{rows}_row_pass": statistics.median(ts) for rows, ts in verify.items() if ts}
         if any(t > 0 for t in draft_steps):
             kept["draft_step"] = statistics.median([t for t in draft_steps if t > 0])
@@ -976,7 +1079,8 @@ class DraftLengthPolicy:
         verdict, and whether drafting was given up (on costs or on acceptance)."""
         return {"prior_accept": self.prior_accept, "warm_up_ms": {n: 1000 * t for n, t in self.warm_up_costs.items()},
                 "cannot_pay": self.cannot_pay(cap), "gave_up": self.gave_up, "rechecks": self.rechecks,
-                "probes": self.probes, "drafting_passes": self.drafting_passes, "verdict": self.verdict(cap)}
+                "probes": self.probes, "drafting_passes": self.drafting_passes, "warm_up_off": self._warm_off,
+                "verdict": self.verdict(cap)}
 
     # -- carried between processes ----------------------------------------
 

@@ -587,3 +587,113 @@ def test_a_pass_that_drafts_within_a_recheck_ends_it():
     assert p.choose(0) == 0 and p.take_probe() == 0
     p.observe(0, 0, 0.0, 0.020)
     assert p._rechecking == 0 and p.rechecks == 1
+
+
+# The demo pair on an H200 (benchmarks/RESULTS.md, "On a GPU"): its warm-up's timings, the models alone (a 1-row
+# pass 2.96 ms, 2 rows 2.6, 9 rows 2.8; a draft step 1.07), and what decoding paid (a target-only pass 1.48 ms, a
+# draft step 1.75, a pass of 9 rows 4.3)
+GPU_WARM = ([0.00107] * 5, {1: [0.00296] * 5, 2: [0.0026] * 5, 9: [0.0028] * 5})
+
+
+def gpu_policy() -> DraftLengthPolicy:
+    p = DraftLengthPolicy()
+    p.observe_warm_up(*GPU_WARM)
+    p.observe_agreement(16, 16)
+    return p
+
+
+def test_a_first_drafting_pass_dearer_than_the_warm_up_said_scales_its_draft_steps():
+    """The warm-up says a pass of 8 drafts costs 8 x 1.07 + 2.8 = 11.4 ms; the
+    first such pass takes 1.9 + 7 x 1.75 + 4.3 = 18.45 ms, over 1 / SUSPECT
+    (1.33x) of that: the warm-up's draft steps are scaled to the pass's
+    (1.75 ms), and drafting is then suspect of its 1-row cost."""
+    p = gpu_policy()
+    assert p.draft_seconds == pytest.approx(0.00107)
+    assert p.choose(8) == 8  # on the warm-up's costs drafting pays
+    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    assert p.draft_seconds == pytest.approx(0.00175)
+    assert p.describe(8)["warm_up_off"] is True
+
+
+def test_where_the_choice_hinges_on_a_suspect_1_row_cost_target_only_passes_time_it():
+    """After that pass, drafting would not pay if a 1-row pass cost HINGE of
+    the warm-up's 2.96 ms: the next TRUSTED passes are target-only. They take
+    1.48 ms, under CONTRADICTED of the warm-up's: its 1-row timings leave, and
+    even perfect acceptance cannot pay (target-only from then on)."""
+    p = gpu_policy()
+    p.choose(8)
+    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    for _ in range(TRUSTED):
+        assert p.choose(8) == 0
+        p.observe(0, 0, 0.0, 0.00148)
+    assert p.verify_seconds[1] == pytest.approx(0.00148)
+    assert p.cannot_pay(8)
+    assert [p.choose(8) for _ in range(20)] == [0] * 20
+
+
+def test_a_1_row_cost_that_decoding_confirms_stays():
+    """The same, but target-only passes take 2.5 ms, not under CONTRADICTED
+    (0.7) of the warm-up's 2.96: the warm-up's 1-row timings stay (the median
+    of all eight is the warm-up's), and they are not judged again."""
+    p = gpu_policy()
+    p.choose(8)
+    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    for _ in range(TRUSTED):
+        assert p.choose(8) == 0
+        p.observe(0, 0, 0.0, 0.0025)
+    assert p.verify_seconds[1] == pytest.approx(0.00296)
+    assert len(p.verify_passes[1]) == 5 + TRUSTED
+    assert p.choose(8) > 0  # drafting pays on these costs: no more target-only passes forced
+
+
+def test_a_first_drafting_pass_as_the_warm_up_said_changes_nothing():
+    """A CPU's costs (the demo pair on the 2-core VM: a draft step 16 ms, 1, 2
+    and 9 rows 43, 55 and 116 ms), the first pass 10% dearer than the warm-up
+    said (decoding also samples each row): nothing scaled, nothing suspect, no
+    target-only pass forced."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.016] * 5, {1: [0.043] * 5, 2: [0.055] * 5, 9: [0.116] * 5})
+    p.observe_agreement(16, 16)
+    assert p.choose(8) == 8
+    p.observe(8, 8, 1.1 * 8 * 0.016, 1.1 * 0.116, first_step=1.1 * 0.016)
+    assert p.draft_seconds == pytest.approx(0.016)
+    assert p.describe(8)["warm_up_off"] is False
+    assert all(p.choose(8) > 0 for _ in range(5))
+
+
+def test_a_remembered_cost_before_the_warm_up_is_judged_with_it():
+    """Costs remembered from an earlier process (one timing of each kind)
+    come before the warm-up's: both are scaled, and both 1-row timings leave."""
+    p = DraftLengthPolicy()
+    p.seed({"draft_seconds": 0.0011, "verify_seconds": {"1": 0.0031, "9": 0.0029}})
+    p.observe_warm_up(*GPU_WARM)
+    p.observe_agreement(16, 16)
+    p.choose(8)
+    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    assert list(p.draft_steps)[:6] == pytest.approx([0.0011 * 0.00175 / 0.00107] + [0.00175] * 5)
+    for _ in range(TRUSTED):
+        assert p.choose(8) == 0
+        p.observe(0, 0, 0.0, 0.00148)
+    assert list(p.verify_passes[1]) == [0.00148] * TRUSTED
+
+
+def test_a_recheck_s_1_row_passes_do_not_judge_the_warm_up_s():
+    """Where drafting cannot pay from the warm-up on, and target-only timings
+    at once start a recheck, the recheck's 1-row passes do not judge the
+    warm-up's 1-row timings (the judgement dropped the verdict the recheck
+    stands on, and its end failed on it): the recheck takes every cost at its
+    moment, its latest ``TRUSTED`` 1-row timings (0.6) among them, and its
+    probes' cheap draft steps turn the verdict."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([1.0] * 5, {1: [1.0, 1.0, 1.0, 1.9, 1.9], 2: [1.3] * 5, 9: [2.0] * 5})
+    assert p.cannot_pay(8)
+    for _ in range(2 * RECHECK_PROBES):
+        assert p.choose(8) == 0
+        probe = p.take_probe()
+        if probe:
+            p.observe_probe(probe, 0.5, 0.05)
+        else:
+            p.observe(0, 0, 0.0, 0.6)
+    assert p.rechecks == 1
+    assert p.verify_seconds[1] == pytest.approx(0.6)
+    assert not p.cannot_pay(8) and p.choose(8) == 8
