@@ -265,7 +265,8 @@ CLOSE_CALL_EVERY = 8
 # both judgements. Simulated on those costs (tests/test_policy_sim.py, GPU_DEMO):
 # 0.975-0.980 of target-only where the warm-up read the 1-row pass 1.5-2x dear, against 0.820 and 0.660 (acceptance
 # 0.95; at 0.8, 0.955-0.972 against 0.785-0.894). On the
-# 2-core VM none of 7 fresh processes of the demo pair (temperatures 0 and 0.8) found its first pass that far off,
+# 2-core VM none of 19 fresh processes of the demo and chat pairs (temperatures 0 and 0.8) found its first pass that
+# far off (benchmarks/runs/gpu-2026-12-04/cpu_flags.txt),
 # a decoding 1-row pass costs at least the warm-up's (it also samples), and every other case of the simulator reads
 # as before but a machine that got calmer (0.9954 and 0.9800 -> 0.9950 and 0.9810; python benchmarks/policy_sim.py,
 # and --policy-from c0c6edf: benchmarks/runs/gpu-2026-12-04/policy_sim_after.txt, policy_sim_before_c0c6edf.txt).
