@@ -47,7 +47,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import log  # noqa: E402
+from bench_common import log, offload  # noqa: E402
 
 PROMPTS = {
     "essay": "Write a short essay about why cities should plant more trees.\n\n",
@@ -160,12 +160,10 @@ def main() -> None:
     from specllama import SpeculativeLlama
 
     out: dict = {"command": "python benchmarks/acceptance_traces.py " + " ".join(sys.argv[1:]), "pairs": {}}
-    layers = args.gpu_layers
-    offload = {} if layers is None else {"n_gpu_layers": layers, "n_gpu_layers_draft": layers}
     opened = ([("+".join(os.path.basename(f) for f in args.files), {"target": args.files[0], "draft": args.files[1]})]
               if args.files else [(pair, {"pair": pair}) for pair in args.pairs.split(",")])
     for pair, models in opened:
-        with SpeculativeLlama(**models, adaptive=False, **offload) as llm:
+        with SpeculativeLlama(**models, adaptive=False, **offload(args.gpu_layers)) as llm:
             target, draft = llm.engine.target, llm.engine.draft
             if args.costs_only:
                 out["pairs"][pair] = costs_of = costs(target, draft)

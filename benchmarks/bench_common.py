@@ -1,5 +1,6 @@
 """What the benchmark scripts share: progress lines on stderr, a free local
-port, and a first-time user's environment (empty remembered costs)."""
+port, a first-time user's environment (empty remembered costs), and --gpu-layers
+as the API's arguments."""
 
 from __future__ import annotations
 
@@ -27,3 +28,8 @@ def fresh_env(tmp: str) -> dict:
     path = Path(tempfile.mkdtemp(dir=tmp)) / "costs.json"
     path.write_text("{}", encoding="utf-8")
     return {**os.environ, COSTS_VARIABLE: str(path)}
+
+
+def offload(layers: int | None) -> dict:
+    """--gpu-layers N as ``SpeculativeLlama``'s arguments: N layers of both models on the GPU (None: none given)."""
+    return {} if layers is None else {"n_gpu_layers": layers, "n_gpu_layers_draft": layers}

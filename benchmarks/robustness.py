@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import fresh_env, log  # noqa: E402
+from bench_common import fresh_env, log, offload  # noqa: E402
 
 PROMPTS = {  # held out: none of these is a bench prompt or one the policy was tuned on
     "story": "The lighthouse keeper had not seen a ship in eleven days when, one grey morning,",
@@ -147,8 +147,7 @@ def run_generate(pair: str, config: str, prompt: str, n: int, temp: float, seed:
 def run_long_lived(pair: str, config: str, prompt: str, n: int, temp: float, seed: int, calls: int,
                    tmp: str, gpu_layers: int | None = None) -> dict:
     """One process, ``calls`` consecutive API calls; tok/s of each."""
-    offload = {} if gpu_layers is None else {"n_gpu_layers": gpu_layers, "n_gpu_layers_draft": gpu_layers}
-    arg = json.dumps([pair, prompt, n, temp, seed, calls, API_FLAGS[config] | offload])
+    arg = json.dumps([pair, prompt, n, temp, seed, calls, API_FLAGS[config] | offload(gpu_layers)])
     out = subprocess.run([sys.executable, "-c", LONG_LIVED, arg], capture_output=True, text=True,
                          env=fresh_env(tmp))
     if out.returncode != 0:

@@ -448,14 +448,14 @@ class DraftLengthPolicy:
     probes: int = 0  # padded target-only passes timed (a recheck's, a cost probe's), all told
     warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
-    # the warm-up's 1-row timings, until target-only passes of decoding have judged them (CONTRADICTED)
-    _warm_one_row: list[float] = field(default_factory=list)
-    _decoded_one_row: list[float] = field(default_factory=list)  # ... and those passes' timings so far
-    # the warm-up's draft steps, until a drafting pass has judged them (SUSPECT), and how many of draft_steps'
-    # timings are not decoding's (a remembered one, the warm-up's)
-    _warm_draft: list[float] = field(default_factory=list)
-    _undecoded_steps: int = 0
     _warm_rows: dict[int, float] = field(default_factory=dict)  # the warm-up's passes: rows -> median seconds
+    # the warm-up's median 1-row pass, until target-only passes of decoding have judged it (CONTRADICTED; None after)
+    _warm_one_row: float | None = None
+    _decoded_one_row: list[float] = field(default_factory=list)  # ... and those passes' timings so far
+    # the warm-up's median draft step, until a drafting pass has judged it (SUSPECT; None after), and how many of
+    # draft_steps' timings are not decoding's (a remembered one, the warm-up's)
+    _warm_step: float | None = None
+    _undecoded_steps: int = 0
     _warm_off: bool = False  # they did: the warm-up's 1-row timings are then suspect too (HINGE)
     # verify_seconds, computed once per timing (each choice reads it for every k): whatever changes
     # verify_passes (observe_verify, a recheck's end) clears it
@@ -714,7 +714,7 @@ class DraftLengthPolicy:
         self.draft_steps.extend(steps)
         self._typical_verify = None
         self._verdict, self._rechecking = moment, 0
-        self._warm_draft, self._warm_one_row = [], []  # every cost taken at this moment
+        self._warm_step = self._warm_one_row = None  # every cost taken at this moment
 
     def _scale_older(self, rows_factor: float, step_factor: float, *, fresh_rows: tuple[int, ...],
                      fresh_steps: bool) -> None:
@@ -756,7 +756,7 @@ class DraftLengthPolicy:
         self._scale_older(self.verify_seconds[rows] / self._rows_cost(seconds)(rows), self.draft_seconds / draft,
                           fresh_rows=(1, rows), fresh_steps=True)
         self._verdict = None
-        self._warm_draft, self._warm_one_row = [], []  # every cost taken at this moment
+        self._warm_step = self._warm_one_row = None  # every cost taken at this moment
         self.cannot_pay(self._recheck_cap)  # the verdict on this moment's costs, turned only by REOPEN_MARGIN
         self._verdict_margin = REOPEN_MARGIN
 
@@ -905,7 +905,7 @@ class DraftLengthPolicy:
         draft steps were off: ``SUSPECT``) and the choice hinges on them: even
         perfect acceptance would not pay if a 1-row pass cost ``HINGE`` of its
         estimate. Then target-only passes time it (``CONTRADICTED``)."""
-        if not (self._warm_one_row and self._warm_off) or self.draft_seconds is None:
+        if self._warm_one_row is None or not self._warm_off or self.draft_seconds is None:
             return False
         seconds = {rows: self.verify_cost(rows) for rows in self.verify_passes}
         seconds[1] *= HINGE
@@ -923,7 +923,7 @@ class DraftLengthPolicy:
         older, decoded = steps[:self._undecoded_steps], steps[self._undecoded_steps:]
         if not decoded:
             return
-        step = statistics.median(self._warm_draft)
+        step = self._warm_step
         rows = sorted(self._warm_rows.items())
         predicted = n_drafted * step + float(np.interp(n_drafted + 1, [r for r, _ in rows], [t for _, t in rows]))
         if SUSPECT * (draft_seconds + verify_seconds) > predicted:
@@ -932,7 +932,7 @@ class DraftLengthPolicy:
             self.draft_steps.extend([t * factor for t in older] + decoded)
             self._verdict = None
             self._warm_off = True
-        self._warm_draft = []
+        self._warm_step = None
 
     def _judge_warm_one_row(self, seconds: float) -> None:
         """A target-only pass of decoding (not a recheck's) took ``seconds``:
@@ -942,13 +942,13 @@ class DraftLengthPolicy:
         self._decoded_one_row.append(seconds)
         if len(self._decoded_one_row) < TRUSTED:
             return
-        if statistics.median(self._decoded_one_row) < CONTRADICTED * statistics.median(self._warm_one_row):
+        if statistics.median(self._decoded_one_row) < CONTRADICTED * self._warm_one_row:
             ones = self.verify_passes[1]
             while len(ones) > len(self._decoded_one_row):
                 ones.popleft()
             self._typical_verify = None
             self._verdict = None
-        self._warm_one_row = []
+        self._warm_one_row = None
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
                 first_step: float | None = None) -> None:
@@ -983,7 +983,7 @@ class DraftLengthPolicy:
                 self.first_steps.append(first_step)
                 if n_drafted > 1 and draft_seconds > first_step:
                     self.draft_steps.append((draft_seconds - first_step) / (n_drafted - 1))
-            if self._warm_draft and self._warm_rows:
+            if self._warm_step is not None and self._warm_rows:
                 self._judge_warm_up(n_drafted, draft_seconds, verify_seconds)
             self._verdict = None
             # a pass that drafts within a recheck (a minimum draft length, another cap) ends it: its own
@@ -993,7 +993,7 @@ class DraftLengthPolicy:
         else:
             self.behind += 1
         self.observe_verify(n_drafted + 1, verify_seconds)
-        if not n_drafted and self._warm_one_row and not self._rechecking:
+        if not n_drafted and self._warm_one_row is not None and not self._rechecking:
             self._judge_warm_one_row(verify_seconds)
         if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
             self._rechecking -= 1
@@ -1027,7 +1027,7 @@ class DraftLengthPolicy:
         and one draft step, timed."""
         self.behind += 1
         self.probes += 1
-        self._warm_draft, self._warm_one_row = [], []  # the costs are timed again: the warm-up's are not judged after
+        self._warm_step = self._warm_one_row = None  # the costs are timed again: the warm-up's are not judged after
         # a recheck keeps the verdict until its last probe, then takes every cost at this moment
         rechecking = self._rechecking > 0
         self.observe_verify(rows, verify_seconds, reopen=not rechecking)
@@ -1064,17 +1064,16 @@ class DraftLengthPolicy:
             for t in ts:
                 if t > 0:
                     self.observe_verify(int(rows), float(t))
-        self._warm_draft = [float(t) for t in draft_steps if t > 0]
+        steps = [t for t in draft_steps if t > 0]
+        self._warm_step = statistics.median(steps) if steps else None
         self._warm_rows = {int(rows): statistics.median(kept) for rows, ts in verify.items()
                            if (kept := [t for t in ts if t > 0])}
+        self._warm_one_row = self._warm_rows.get(1)
         self._undecoded_steps = len(self.draft_steps)
-        self._warm_one_row = [float(t) for rows, ts in verify.items() if int(rows) == 1 for t in ts if t > 0]
         self._decoded_one_row = []
         self._warm_off = False
-        kept = {f"{rows}_row_pass": statistics.median(ts) for rows, ts in verify.items() if ts}
-        if any(t > 0 for t in draft_steps):
-            kept["draft_step"] = statistics.median([t for t in draft_steps if t > 0])
-        self.warm_up_costs = kept
+        self.warm_up_costs = {f"{rows}_row_pass": t for rows, t in self._warm_rows.items()} | (
+            {"draft_step": self._warm_step} if steps else {})
 
     def describe(self, cap: int) -> dict:
         """What the policy stands on after a generation, for ``--json`` and the

@@ -602,6 +602,19 @@ def gpu_policy() -> DraftLengthPolicy:
     return p
 
 
+def first_gpu_pass(p: DraftLengthPolicy) -> None:
+    """The first drafting pass as decoding paid it: 8 drafts, a first step of
+    1.9 ms and seven of 1.75, all kept, a 9-row pass of 4.3 ms."""
+    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+
+
+def target_only_passes(p: DraftLengthPolicy, seconds: float) -> None:
+    """The next ``TRUSTED`` choices are target-only, each pass timed at ``seconds``."""
+    for _ in range(TRUSTED):
+        assert p.choose(8) == 0
+        p.observe(0, 0, 0.0, seconds)
+
+
 def test_a_first_drafting_pass_dearer_than_the_warm_up_said_scales_its_draft_steps():
     """The warm-up says a pass of 8 drafts costs 8 x 1.07 + 2.8 = 11.4 ms; the
     first such pass takes 1.9 + 7 x 1.75 + 4.3 = 18.45 ms, over 1 / SUSPECT
@@ -610,7 +623,7 @@ def test_a_first_drafting_pass_dearer_than_the_warm_up_said_scales_its_draft_ste
     p = gpu_policy()
     assert p.draft_seconds == pytest.approx(0.00107)
     assert p.choose(8) == 8  # on the warm-up's costs drafting pays
-    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    first_gpu_pass(p)
     assert p.draft_seconds == pytest.approx(0.00175)
     assert p.describe(8)["warm_up_off"] is True
 
@@ -622,10 +635,8 @@ def test_where_the_choice_hinges_on_a_suspect_1_row_cost_target_only_passes_time
     even perfect acceptance cannot pay (target-only from then on)."""
     p = gpu_policy()
     p.choose(8)
-    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
-    for _ in range(TRUSTED):
-        assert p.choose(8) == 0
-        p.observe(0, 0, 0.0, 0.00148)
+    first_gpu_pass(p)
+    target_only_passes(p, 0.00148)
     assert p.verify_seconds[1] == pytest.approx(0.00148)
     assert p.cannot_pay(8)
     assert [p.choose(8) for _ in range(20)] == [0] * 20
@@ -637,10 +648,8 @@ def test_a_1_row_cost_that_decoding_confirms_stays():
     of all eight is the warm-up's), and they are not judged again."""
     p = gpu_policy()
     p.choose(8)
-    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
-    for _ in range(TRUSTED):
-        assert p.choose(8) == 0
-        p.observe(0, 0, 0.0, 0.0025)
+    first_gpu_pass(p)
+    target_only_passes(p, 0.0025)
     assert p.verify_seconds[1] == pytest.approx(0.00296)
     assert len(p.verify_passes[1]) == 5 + TRUSTED
     assert p.choose(8) > 0  # drafting pays on these costs: no more target-only passes forced
@@ -669,11 +678,9 @@ def test_a_remembered_cost_before_the_warm_up_is_judged_with_it():
     p.observe_warm_up(*GPU_WARM)
     p.observe_agreement(16, 16)
     p.choose(8)
-    p.observe(8, 8, 0.0019 + 7 * 0.00175, 0.0043, first_step=0.0019)
+    first_gpu_pass(p)
     assert list(p.draft_steps)[:6] == pytest.approx([0.0011 * 0.00175 / 0.00107] + [0.00175] * 5)
-    for _ in range(TRUSTED):
-        assert p.choose(8) == 0
-        p.observe(0, 0, 0.0, 0.00148)
+    target_only_passes(p, 0.00148)
     assert list(p.verify_passes[1]) == [0.00148] * TRUSTED
 
 
