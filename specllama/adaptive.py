@@ -273,6 +273,20 @@ CLOSE_CALL_EVERY = 8
 CONTRADICTED = 0.7
 HINGE = 0.5
 SUSPECT = 0.75
+# On a GPU a pass's cost also depends on the passes before it: llama.cpp (ggml-cuda's graph_compute) runs a pass whose
+# shape (tokens, logits rows) differs from the one before directly, captures the next as a CUDA graph, and replays the
+# graph from the third in a row. The warm-up timed each 1-row pass right after a 2-row pass, so on the H200 it read
+# 2.2-3.7 ms where target-only decoding paid 1.44-1.79; with the judgements above, fresh processes still drafted, at
+# 0.58-0.59 of target-only: the 1-row passes that drafting times (a close call's, a recheck's right after its probe)
+# follow other shapes too, and read as dear (benchmarks/RESULTS.md, "On a GPU, again: the change measured, and CUDA
+# graphs"). So a target-only pass tells the policy how many passes of its shape came in a row, itself included (the
+# engine counts them): from SETTLED on it is what target-only decoding pays, and one before it is a switch. On a GPU
+# the warm-up times both; where the switches' median is over SWITCH_DEAR times the settled passes', a switch is no
+# timing of the 1-row cost (a recheck then waits for a settled 1-row pass after its probe). On a CPU the two cost the
+# same (0.975-1.046x: benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and every timing counts as before. Simulated
+# (tests/test_policy_sim.py, gpu_graphs): 0.981-0.984 of target-only where a switch costs 1.5-2x, against 0.590-0.925.
+SETTLED = 3
+SWITCH_DEAR = 1.3
 
 
 def typical(timings) -> float:
@@ -457,6 +471,9 @@ class DraftLengthPolicy:
     _warm_step: float | None = None
     _undecoded_steps: int = 0
     _warm_off: bool = False  # they did: the warm-up's 1-row timings are then suspect too (HINGE)
+    # 1-row passes by the passes of their shape in a row (SETTLED): the latest settled ones, and switches
+    _settled_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
+    _switch_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
     # verify_seconds, computed once per timing (each choice reads it for every k): whatever changes
     # verify_passes (observe_verify, a recheck's end) clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
@@ -951,7 +968,7 @@ class DraftLengthPolicy:
         self._warm_one_row = None
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
-                first_step: float | None = None) -> None:
+                first_step: float | None = None, run: int | None = None) -> None:
         """Learn from one finished pass.
 
         Args:
@@ -961,6 +978,8 @@ class DraftLengthPolicy:
             verify_seconds: time of the target pass and the acceptance walk.
             first_step: of ``draft_seconds``, the first step's (None: not
                 timed apart, and every step counts the same).
+            run: target passes of this one's shape in a row, itself included
+                (None: not counted; :data:`SETTLED`).
         """
         if n_drafted:
             # Every record fades at each drafting pass, also of positions not
@@ -992,6 +1011,8 @@ class DraftLengthPolicy:
             self.behind = 0
         else:
             self.behind += 1
+            if run is not None and not self._one_row_counts(run, verify_seconds):
+                return
         self.observe_verify(n_drafted + 1, verify_seconds)
         if not n_drafted and self._warm_one_row is not None and not self._rechecking:
             self._judge_warm_one_row(verify_seconds)
@@ -1004,6 +1025,23 @@ class DraftLengthPolicy:
                 self._recheck_done()
             if not self._rechecking and self.cannot_pay(self._recheck_cap):  # a recheck that kept the verdict
                 self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
+
+    def _one_row_counts(self, run: int, seconds: float) -> bool:
+        """A target-only pass, the ``run``-th of its shape in a row, took
+        ``seconds``: whether it times the 1-row cost (all but a switch that
+        costs more than settled passes: :data:`SETTLED`, :data:`SWITCH_DEAR`)."""
+        if run >= SETTLED:
+            self._settled_one_row.append(seconds)
+            return True
+        self._switch_one_row.append(seconds)
+        return not self.switch_dear
+
+    @property
+    def switch_dear(self) -> bool:
+        """Whether a 1-row pass right after a pass of another shape costs over
+        ``SWITCH_DEAR`` times a settled one (medians of the latest ``TRUSTED`` or more)."""
+        return (len(self._switch_one_row) >= TRUSTED and len(self._settled_one_row) >= TRUSTED
+                and statistics.median(self._switch_one_row) > SWITCH_DEAR * statistics.median(self._settled_one_row))
 
     def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True) -> None:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
@@ -1056,8 +1094,14 @@ class DraftLengthPolicy:
             self.prior_accept = (w * agreed + PRIOR_ACCEPT * PRIOR_WEIGHT) / (w * n + PRIOR_WEIGHT)
             self.prior_weight = PRIOR_WEIGHT + CHECKED_TOKEN_WEIGHT * n
 
-    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]]) -> None:
-        """Timings taken at load: draft steps, and rows -> passes."""
+    def observe_warm_up(self, draft_steps, verify: dict[int, list[float]], switch_one_row=()) -> None:
+        """Timings taken at load: draft steps, and rows -> passes (a 1-row
+        pass settled, the third in a row), and 1-row passes right after a pass
+        of another shape (:data:`SETTLED`)."""
+        switches = [t for t in switch_one_row if t > 0]
+        if switches:
+            self._switch_one_row.extend(switches)
+            self._settled_one_row.extend(t for t in verify.get(1, ()) if t > 0)
         self.draft_steps.extend(t for t in draft_steps if t > 0)
         self._verdict = None
         for rows, ts in verify.items():
@@ -1073,7 +1117,8 @@ class DraftLengthPolicy:
         self._decoded_one_row = []
         self._warm_off = False
         self.warm_up_costs = {f"{rows}_row_pass": t for rows, t in self._warm_rows.items()} | (
-            {"draft_step": self._warm_step} if steps else {})
+            {"draft_step": self._warm_step} if steps else {}) | (
+            {"1_row_pass_after_another_shape": statistics.median(switches)} if switches else {})
 
     def describe(self, cap: int) -> dict:
         """What the policy stands on after a generation, for ``--json`` and the
@@ -1082,7 +1127,7 @@ class DraftLengthPolicy:
         return {"prior_accept": self.prior_accept, "warm_up_ms": {n: 1000 * t for n, t in self.warm_up_costs.items()},
                 "cannot_pay": self.cannot_pay(cap), "gave_up": self.gave_up, "rechecks": self.rechecks,
                 "probes": self.probes, "drafting_passes": self.drafting_passes, "warm_up_off": self._warm_off,
-                "verdict": self.verdict(cap)}
+                "switch_dear": self.switch_dear, "verdict": self.verdict(cap)}
 
     # -- carried between processes ----------------------------------------
 

@@ -42,6 +42,7 @@ from .vocab import check_compatible
 log = logging.getLogger("specllama")
 PREFILL_PIECE = 256  # tokens per piece of a prompt loaded without generating (a warm-up can stop between them)
 WARM_UP_CONTEXT = 32  # tokens in the cache while the warm-up times passes (a short prompt's worth)
+SWITCH = "switch"  # the warm-up's key for its 1-row passes right after a pass of another shape
 # The warm-up's acceptance check: the draft continues this greedily, and the target checks the
 # WARM_UP_DRAFTED tokens after the first WARM_UP_SKIPPED in one batch (the policy's prior
 # acceptance, :func:`_draft_agreement`). The first words after a prompt are where a pair agrees
@@ -164,12 +165,19 @@ class SpeculativeEngine:
             self.draft.warm_up((1,))
         rows = [n for n in timed if n in verify]
         drafts = self.draft is not None and bool(self.drafter)
-        # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass)
-        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, rows[::-1])])
+        # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass);
+        # on a GPU one row three times in a row, the first timed apart (right after another shape) and the third as
+        # target-only decoding pays it (adaptive.SETTLED: llama.cpp replays a CUDA graph from the third pass of a
+        # shape in a row). On a CPU the two cost the same (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the
+        # passes between them would add a third to the warm-up.
+        settle = 1 in rows and getattr(self.target, "offloaded", False)
+        target_rows = [n for n in rows[::-1] if n != 1 or not settle] + ([(SWITCH, 1), (None, 1), 1] if settle else [])
+        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, target_rows)])
         steps = steps.get(1, [])
+        switch = timings.pop(SWITCH, [])
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
-            observe(steps, timings)
+            observe(steps, timings, switch_one_row=switch)
         observe_agreement = getattr(self.policy, "observe_agreement", None)
         if observe_agreement is not None and steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
             agreement = _draft_agreement(self.target, self.draft)
@@ -410,7 +418,8 @@ class SpeculativeEngine:
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1,
-                                    first_step=getattr(drafter, "first_step_seconds", None))
+                                    first_step=getattr(drafter, "first_step_seconds", None),
+                                    run=getattr(target, "same_shape_run", None))
 
             emitted: list[int] = []
             finish = eog = None
@@ -473,18 +482,21 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
         target.rewind(0)
 
 
-def _time_passes(kinds) -> list[dict[int, list[float]]]:
+def _time_passes(kinds) -> list[dict]:
     """For each (model, rows) of ``kinds``: ``WARM_UP_TIMINGS`` timings of a
     pass of each row count in ``rows`` after ``WARM_UP_CONTEXT`` tokens (rows
-    -> seconds; empty for a model None, or too small). Taken in turns, one
-    timing of every kind a turn, in the order given: a slower stretch of the
-    machine then weighs on every kind alike (the policy weighs the kinds
-    against each other), not on one kind's five. The caches are left empty."""
+    -> seconds; empty for a model None, or too small). An entry of ``rows``
+    may be (key, rows): its timings are kept under ``key``, or not at all
+    where it is None. Taken in turns, one timing of every kind a turn, in the
+    order given: a slower stretch of the machine then weighs on every kind
+    alike (the policy weighs the kinds against each other), not on one kind's
+    five. The caches are left empty."""
     setups = []
-    for model, rows in kinds:
+    for model, entries in kinds:
+        rows = [entry if isinstance(entry, tuple) else (entry, entry) for entry in entries]
         context = 0
         if model is not None and rows:
-            context = min(WARM_UP_CONTEXT, model.n_ctx - max(rows), model.n_batch)
+            context = min(WARM_UP_CONTEXT, model.n_ctx - max(n for _, n in rows), model.n_batch)
         setups.append((model, rows, context, max(getattr(model, "bos", 0), 0)))
     out: list[dict[int, list[float]]] = [{} for _ in kinds]
     timed = [(model, rows, context, token) for model, rows, context, token in setups if context >= 1]
@@ -494,11 +506,12 @@ def _time_passes(kinds) -> list[dict[int, list[float]]]:
             model.eval([token] * context, n_logits=0)
         for _ in range(WARM_UP_TIMINGS):
             for i, (model, rows, context, token) in enumerate(setups):
-                for n in rows if context >= 1 else ():
+                for key, n in rows if context >= 1 else ():
                     model.rewind(context)
                     t0 = time.perf_counter()
                     model.eval([token] * n, n_logits=n, copy=False)
-                    out[i].setdefault(n, []).append(time.perf_counter() - t0)
+                    if key is not None:
+                        out[i].setdefault(key, []).append(time.perf_counter() - t0)
     finally:
         for model, *_ in timed:
             model.rewind(0)

@@ -23,6 +23,7 @@ from specllama.adaptive import (
     PRIOR_ACCEPT,
     PRIOR_WEIGHT,
     RECHECK_PROBES,
+    SETTLED,
     START_K,
     TIE,
     TRUSTED,
@@ -428,23 +429,28 @@ def test_acceptance_estimates_follow_observations():
 
 
 def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds, step: float,
-                    probed_rows: list[int] | None = None, busy=lambda _: 1.0) -> tuple[list[int], list[int]]:
+                    probed_rows: list[int] | None = None, busy=lambda _: 1.0,
+                    switch: float | None = None, tell_run: bool = True) -> tuple[list[int], list[int]]:
     """Drive the policy for ``passes`` passes as the engine does while it
     decodes target-only (1-row passes of ``one_row``; a probe of padded rows
     timed ``rows_seconds``, a float or rows -> seconds (other row counts on
     the line between), with a draft step of ``step``; every cost of pass i
     times ``busy(i)``) until it drafts: the passes that probed, and those
-    that drafted (the probes' row counts appended to ``probed_rows``)."""
+    that drafted (the probes' row counts appended to ``probed_rows``).
+    ``switch``: the 1-row passes are told how many came in a row (a probe
+    or a drafting pass between), and those before the ``SETTLED``-th cost
+    ``switch`` times ``one_row`` (``tell_run`` False: not told)."""
     def seconds(rows: int) -> float:
         if not isinstance(rows_seconds, dict):
             return rows_seconds
         points = sorted({1: one_row, **rows_seconds}.items())
         return float(np.interp(rows, [n for n, _ in points], [t for _, t in points]))
 
-    probed, drafted = [], []
+    probed, drafted, run = [], [], 0
     for i in range(1, passes + 1):
         k, factor = p.choose(8), busy(i)
         rows = p.take_probe() if k == 0 else 0
+        run = run + 1 if not (k or rows) else 0
         if k:
             drafted.append(i)
             p.observe(k, k, k * step * factor, seconds(k + 1) * factor)
@@ -453,8 +459,11 @@ def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_s
             if probed_rows is not None:
                 probed_rows.append(rows)
             p.observe_probe(rows, seconds(rows) * factor, step * factor)
-        else:
+        elif switch is None:
             p.observe(0, 0, 0.0, one_row * factor)
+        else:
+            p.observe(0, 0, 0.0, one_row * factor * (switch if run < SETTLED else 1.0),
+                      **({"run": run} if tell_run else {}))
     return probed, drafted
 
 
@@ -704,3 +713,61 @@ def test_a_recheck_s_1_row_passes_do_not_judge_the_warm_up_s():
     assert p.rechecks == 1
     assert p.verify_seconds[1] == pytest.approx(0.6)
     assert not p.cannot_pay(8) and p.choose(8) == 8
+
+
+# A GPU's CUDA graphs (adaptive.SETTLED): a 1-row pass right after a pass of another shape costs ~2x one in a run
+def switching_policy(one_row: float, switch: float) -> DraftLengthPolicy:
+    """:func:`warmed_up`, its 1-row passes timed settled at ``one_row`` and right after a 2-row pass at
+    ``switch`` times that."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.010] * 5, {1: [one_row] * 5, **{rows: [t] * 5 for rows, t in ROWS.items()}},
+                      switch_one_row=[one_row * switch] * 5)
+    return p
+
+
+def test_a_1_row_pass_right_after_another_shape_does_not_time_the_1_row_cost_where_it_costs_more():
+    """The warm-up's settled 1-row passes 15 ms, those right after a 2-row
+    pass 30 ms (over SWITCH_DEAR = 1.3x): the 1-row cost is the settled
+    passes', a decoding pass that is the first or second of its shape in a
+    row does not time it, the third does."""
+    p = switching_policy(0.015, 2.0)
+    assert p.switch_dear and p.describe(8)["switch_dear"] is True
+    assert p.verify_seconds[1] == pytest.approx(0.015)
+    assert p.describe(8)["warm_up_ms"]["1_row_pass_after_another_shape"] == pytest.approx(30.0)
+    p.observe(0, 0, 0.0, 0.030, run=1)
+    p.observe(0, 0, 0.0, 0.030, run=2)
+    assert list(p.verify_passes[1]) == [0.015] * 5
+    p.observe(0, 0, 0.0, 0.016, run=3)
+    assert list(p.verify_passes[1]) == [0.015] * 5 + [0.016]
+
+
+def test_where_a_switch_costs_what_a_settled_pass_does_every_1_row_pass_counts():
+    """A CPU's: right after a 2-row pass 1.1x a settled one (under
+    SWITCH_DEAR): every 1-row pass times the 1-row cost, as before the
+    passes in a row were counted."""
+    p = switching_policy(0.043, 1.1)
+    assert not p.switch_dear and p.describe(8)["switch_dear"] is False
+    for run in (1, 2, 3):
+        p.observe(0, 0, 0.0, 0.045, run=run)
+    assert list(p.verify_passes[1]) == [0.043] * 5 + [0.045] * 3
+
+
+def test_a_recheck_waits_for_a_settled_1_row_pass_after_each_probe():
+    """The recheck of test_target_only_timings_that_contradict_a_cannot_pay_verdict_time_every_cost_again
+    (1 row 15 ms at load, 20 ms in decoding, where drafting pays), the first
+    two 1-row passes after a probe 1.5x dearer: each probe is set against the
+    settled 1-row pass after it, the third, so probes come every fourth pass,
+    and the 1-row cost drafting is weighed against is 20 ms. Told nothing of
+    the passes in a row, the same policy takes the 30 ms passes right after
+    its probes for the 1-row cost."""
+    p = switching_policy(0.015, 2.0)
+    assert p.cannot_pay(8)
+    probed, drafted = run_target_only(p, 40, one_row=0.020, rows_seconds=ROWS, step=0.010, switch=1.5)
+    first = probed[0]
+    assert probed == list(range(first, first + 4 * RECHECK_PROBES, 4)) and p.rechecks == 1
+    assert drafted[0] == first + 4 * RECHECK_PROBES and not p.cannot_pay(8)
+    assert p.verify_seconds[1] == pytest.approx(0.020)
+    told_nothing = warmed_up(0.015)
+    probed, drafted = run_target_only(told_nothing, 40, one_row=0.020, rows_seconds=ROWS, step=0.010, switch=1.5,
+                                      tell_run=False)
+    assert probed == recheck_probes(probed[0]) and told_nothing.verify_seconds[1] == pytest.approx(0.030)

@@ -53,9 +53,9 @@ def test_json_says_what_the_draft_lengths_rested_on(tiny_pair):
     out = gen_json(tiny_pair, "-c", "256", "--temp", "0", "-n", "40")
     policy = out["policy"]
     assert set(policy) == {"prior_accept", "warm_up_ms", "cannot_pay", "gave_up", "rechecks", "probes",
-                           "drafting_passes", "warm_up_off", "verdict"}
+                           "drafting_passes", "warm_up_off", "switch_dear", "verdict"}
     assert isinstance(policy["warm_up_off"], bool)
-    assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step"}
+    assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step"}  # (no GPU)
     assert min(policy["warm_up_ms"].values()) > 0
     assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay"] else "drafting can pay")
     assert policy["drafting_passes"] == (out["tried_at"][0] if out["tried_at"] else 0)  # each reaches position 0

@@ -363,3 +363,54 @@ def test_draft_never_reevaluates_the_prefix(shared_engine, monkeypatch):
     assert max(sizes[1:]) <= 2
     # one draft call per drafted token
     assert len(sizes) - 1 == r.stats.n_drafted
+
+
+def test_each_pass_counts_the_passes_of_its_shape_in_a_row(tiny_pair):
+    """LlamaModel.same_shape_run: llama_decode calls in a row with one shape
+    (tokens, logits rows), the latest included; another shape starts at 1."""
+    model = LlamaModel(tiny_pair[0], n_ctx=TINY_CTX, n_threads=1)
+    runs = []
+    for tokens, n_logits in [([1], 1), ([2], 1), ([3], 1), ([4, 5], 2), ([6], 1), ([7], 1), ([8, 9], 1),
+                             ([10, 11], 1), ([12, 13], 2)]:
+        model.eval(tokens, n_logits=n_logits)
+        runs.append(model.same_shape_run)
+    assert runs == [1, 2, 3, 1, 1, 2, 1, 2, 1]
+
+
+def warm_up_1_row_runs(engine, monkeypatch) -> list[int]:
+    """The engine's warm-up, and the passes of their shape in a row of its target's 1-row passes."""
+    target, ones = engine.target, []
+    evaluate = target.eval
+
+    def eval_and_count(tokens, **kwargs):
+        out = evaluate(tokens, **kwargs)
+        if len(tokens) == 1:
+            ones.append(target.same_shape_run)
+        return out
+
+    monkeypatch.setattr(target, "eval", eval_and_count)
+    engine.warm_up()
+    return ones
+
+
+def test_on_a_gpu_the_warm_up_times_a_1_row_pass_settled_and_right_after_another_shape(fresh_engine,
+                                                                                      monkeypatch):
+    """A target with layers on a GPU (here told so): the warm-up's turns end
+    in three 1-row target passes in a row after its multi-row passes; the
+    first is timed as a switch, the third as the 1-row cost
+    (adaptive.SETTLED), five of each."""
+    monkeypatch.setattr(fresh_engine.target, "offloaded", True)
+    assert warm_up_1_row_runs(fresh_engine, monkeypatch)[-15:] == [1, 2, 3] * 5
+    policy = fresh_engine.policy
+    assert len(policy._switch_one_row) == len(policy._settled_one_row) == len(policy.verify_passes[1]) == 5
+    assert list(policy.verify_passes[1]) == list(policy._settled_one_row)
+    assert "1_row_pass_after_another_shape" in policy.warm_up_costs
+
+
+def test_on_a_cpu_the_warm_up_times_one_1_row_pass_a_turn(fresh_engine, monkeypatch):
+    """No layer on a GPU: one 1-row pass a turn, right after the 2-row pass,
+    as before the passes in a row were counted (on a CPU they cost the same)."""
+    assert fresh_engine.target.offloaded is False
+    assert warm_up_1_row_runs(fresh_engine, monkeypatch)[-5:] == [1] * 5
+    policy = fresh_engine.policy
+    assert len(policy.verify_passes[1]) == 5 and not policy._switch_one_row and not policy._settled_one_row

@@ -188,6 +188,14 @@ class LlamaModel:
         self.tokens: list[int] = []
         #: seconds spent inside llama.cpp decoding (and copying logits), ever
         self.decode_seconds = 0.0
+        #: whether some of the model's layers run on a GPU (or an RPC server's)
+        n_gpu_layers = int(getattr(getattr(self.llama, "model_params", None), "n_gpu_layers", 0))
+        self.offloaded = n_gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
+        #: how many llama_decode calls in a row, the latest included, had its shape (tokens, logits rows):
+        #: on a GPU llama.cpp replays a CUDA graph only from the third call of one shape in a row (it runs
+        #: the first directly and captures the second), so a pass's cost depends on it there
+        self.same_shape_run = 0
+        self._last_shape: tuple[int, int] | None = None
         llama_cpp.llama_memory_clear(self._memory, True)
 
     # -- vocabulary -------------------------------------------------------
@@ -360,6 +368,9 @@ class LlamaModel:
                 batch.seq_id[j][0] = 0
                 batch.logits[j] = 1 if start + j >= first_logit else 0
             batch.n_tokens = len(chunk)
+            shape = (len(chunk), max(0, start + len(chunk) - max(first_logit, start)))
+            self.same_shape_run = self.same_shape_run + 1 if shape == self._last_shape else 1
+            self._last_shape = shape
             t0 = time.perf_counter()
             try:
                 rc = llama_cpp.llama_decode(self._ctx, batch)

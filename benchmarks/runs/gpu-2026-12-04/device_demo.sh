@@ -3,6 +3,7 @@
 # /tmp/m): join the demo draft, check its SHA-256, and measure the demo pair with every layer of both
 # models on the GPU. The F32 target is built from the draft there, as on any first use.
 # Run as: ROUNDS=4 ROBUST_LIMIT=250 bash benchmarks/runs/gpu-2026-12-04/device_demo.sh (timeout_s 420).
+# CONFIGS (robustness.py --configs) narrows the fresh-process rounds to fit more of them in the limit.
 # Output: $OUT/demo.log, demo_costs.json, demo_bench.txt, demo_t0.jsonl, robust.json.
 set -u
 repo=$PWD
@@ -36,10 +37,11 @@ for r in runs:
     same = next((i for i, (a, b) in enumerate(zip(r["tokens"], base)) if a != b), None)
     print(f"{r['config']}: {r['tokens_per_second']:.1f} tok/s, {r['n_target_passes']} passes, drafted {r['n_drafted']}, "
           f"kept {r['n_accepted']}; tokens {'equal target-only' if same is None else f'part from target-only at {same}'}; "
-          f"verdict: {r.get('policy', {}).get('verdict', '-')}")
+          f"verdict: {r.get('policy', {}).get('verdict', '-')}; warm-up off: {r.get('policy', {}).get('warm_up_off', '-')}")
 PY
 fresh; timeout 200 python3 -m specllama bench --pair demo -ngl 99 -ngld 99 -n 128 > "$OUT/demo_bench.txt" 2>&1
 echo "bench rc $?"; tail -30 "$OUT/demo_bench.txt"
 timeout "${ROBUST_LIMIT:-200}" python3 "$repo/benchmarks/robustness.py" --pairs demo --rounds "${ROUNDS:-2}" --gpu-layers 99 \
+  ${CONFIGS:+--configs "$CONFIGS"} \
   --save "$OUT/robust.json"
 echo "robustness rc $?"; date -u
