@@ -144,10 +144,13 @@ def main() -> None:
                   f"drafting in {100 * drafting:.1f}% of passes ({sim.RUNS} fresh processes)")
     for switch in (1.5, 2.0):
         for accept in (0.8, 0.95):
-            ratio, drafting = sim.graphs_run(sim.gpu_graphs(switch), accept)
+            ratio, drafting, _ = sim.graphs_run(sim.gpu_graphs(switch), accept)
             print(f"the demo pair on an H200 (drafting cannot pay), a target pass {switch:g}x dearer where fewer than "
                   f"{sim.SETTLED} of its row count came in a row (CUDA graphs), acceptance {accept}: {ratio:.4f} of "
                   f"target-only, drafting in {100 * drafting:.1f}% of passes ({sim.RUNS} fresh processes)")
+            ratio, drafting, k_best = sim.graphs_run(sim.gpu_pays(switch), accept, warm_up=None)
+            print(f"... with a draft step of 0.4 ms (drafting pays), acceptance {accept}: {ratio:.4f} of the best "
+                  f"fixed k ({k_best}), drafting in {100 * drafting:.1f}% of passes")
     thin, drafting = sim.thin_margin_ratios()
     print(f"the chat pair on a 2-core VM, its warm-up's 1-row passes timed {sim.CHAT_EPYC_WARM_UP_ONE_ROW:.2f}x the "
           f"real ones ({len(thin)} fresh processes): median {np.median(thin):.4f}, 10th percentile "

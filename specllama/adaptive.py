@@ -59,6 +59,14 @@ Robust for a first-time user and in a long-lived process:
   the first ``TRUSTED`` of decoding judge the warm-up's 1-row timings, which
   leave where those are under ``CONTRADICTED`` of theirs (drafting passes
   never time a 1-row pass).
+- A GPU's changes of shape: there a target pass costs more when it is one of
+  the first two of its row count in a row (CUDA graphs: ``SETTLED``). The
+  engine counts them; where a 1-row pass right after another shape costs over
+  ``SWITCH_DEAR`` times a settled one, only settled passes time a cost, a new
+  draft length is kept until one of its passes is settled, a draft length is
+  kept while it is within ``STICKY`` of the best, explorations come
+  ``SWITCH_EXPLORE`` times as rarely and close calls not at all: each change
+  of k costs two switches there.
 - Close calls: where the best draft length's expected gain over target-only
   is under ``CLOSE_CALL``, the choice turns on the costs' noise, and drafting
   times only its own side (a 1-row pass is timed by target-only passes alone):
@@ -284,9 +292,15 @@ SUSPECT = 0.75
 # the warm-up times both; where the switches' median is over SWITCH_DEAR times the settled passes', a switch is no
 # timing of the 1-row cost (a recheck then waits for a settled 1-row pass after its probe). On a CPU the two cost the
 # same (0.975-1.046x: benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and every timing counts as before. Simulated
-# (tests/test_policy_sim.py, gpu_graphs): 0.981-0.984 of target-only where a switch costs 1.5-2x, against 0.590-0.925.
+# (tests/test_policy_sim.py, gpu_graphs): 0.977-0.982 of target-only where a switch costs 1.5-2x, against 0.590-0.925.
+# Every change of draft length costs two switches there, so where a switch is dear a draft length is kept while it is
+# within STICKY of the best, explorations come SWITCH_EXPLORE times as rarely, close calls not at all, and a new draft
+# length is kept until one of its passes is settled: where drafting pays (gpu_pays), 0.976-0.980 of the best fixed k
+# at acceptance 0.95 and 0.919-0.944 at 0.8, against 0.863-0.904 and 0.719-0.829 (d68a724).
 SETTLED = 3
 SWITCH_DEAR = 1.3
+STICKY = 0.1
+SWITCH_EXPLORE = 4
 
 
 def typical(timings) -> float:
@@ -474,6 +488,9 @@ class DraftLengthPolicy:
     # 1-row passes by the passes of their shape in a row (SETTLED): the latest settled ones, and switches
     _settled_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
     _switch_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
+    # where a switch is dear: the last choice, and how many more passes keep it so that one of them is settled
+    _last_k: int = -1
+    _settling: int = 0
     # verify_seconds, computed once per timing (each choice reads it for every k): whatever changes
     # verify_passes (observe_verify, a recheck's end) clears it
     _typical_verify: dict[int, float] | None = field(default=None, repr=False)
@@ -861,6 +878,19 @@ class DraftLengthPolicy:
             return min(cap, START_K)
         self.passes += 1
         self.since_probe += 1
+        if self._settling and minimum <= self._last_k <= cap:
+            # where a switch is dear, a new draft length (a close call's k = 0, an exploration's) is kept until a
+            # pass of it is settled: only that one times its cost (SETTLED)
+            self._settling -= 1
+            return self._last_k
+        self._settling = 0
+        best = self._choose_anew(cap, minimum)
+        if best != self._last_k >= 0 and self.switch_dear:  # (not the first choice: nothing was timed yet)
+            self._settling = SETTLED - 1
+        self._last_k = best
+        return best
+
+    def _choose_anew(self, cap: int, minimum: int) -> int:
         if self.cannot_pay(cap):
             # Even perfect acceptance cannot pay: target-only, and the costs
             # measured again ever more rarely (up to a bound), in case the machine changes,
@@ -891,7 +921,7 @@ class DraftLengthPolicy:
                 self.since_probe = 0
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
                 best = _best_drafting(rates)
-        elif (minimum == 0 and best < cap and rates[best] < (1 + CLOSE_CALL) * rates[0]
+        elif (minimum == 0 and best < cap and rates[best] < (1 + CLOSE_CALL) * rates[0] and not self.switch_dear
               and self.passes - max(self.last_timed.get(1, 0), self._close_call_at) >= CLOSE_CALL_EVERY):
             # a close call (not one the cap made: a call's last tokens): time target-only now, as
             # drafting is timed at every pass (at most once in CLOSE_CALL_EVERY passes, also where
@@ -902,7 +932,10 @@ class DraftLengthPolicy:
             self.gave_up = False
             self.probe_gap = EXPLORE_EVERY
             self.cost_probe_gap = COST_PROBE_GAP
-            if self.since_probe >= EXPLORE_EVERY:
+            if (self.switch_dear and 1 <= self._last_k <= cap and self._last_k != best
+                    and rates[self._last_k] >= (1 - STICKY) * rates[best]):
+                best = self._last_k  # where a switch is dear, a draft length is kept while it is nearly as good
+            if self.since_probe >= EXPLORE_EVERY * (SWITCH_EXPLORE if self.switch_dear else 1):
                 # Probe now and then, so the estimates stay fresh: a neighbour
                 # of the choice (above, below), or the draft length timed
                 # longest ago (a cost measured once, cold, must not stick).
@@ -928,7 +961,7 @@ class DraftLengthPolicy:
         seconds[1] *= HINGE
         return self._cannot_pay_on((self.draft_seconds, self.first_step_seconds, seconds), cap)
 
-    def _judge_warm_up(self, n_drafted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def _judge_warm_up(self, n_drafted: int, draft_seconds: float, verify_seconds: float | None) -> None:
         """The first drafting pass that timed draft steps (a mean of its steps
         after its first, after the warm-up's timings, the oldest): where it
         took over 1 / ``SUSPECT`` of what the warm-up's timings say it would
@@ -942,8 +975,10 @@ class DraftLengthPolicy:
             return
         step = self._warm_step
         rows = sorted(self._warm_rows.items())
-        predicted = n_drafted * step + float(np.interp(n_drafted + 1, [r for r, _ in rows], [t for _, t in rows]))
-        if SUSPECT * (draft_seconds + verify_seconds) > predicted:
+        verify = float(np.interp(n_drafted + 1, [r for r, _ in rows], [t for _, t in rows]))
+        # (a target pass that times no cost, SETTLED, is taken at the warm-up's word: the draft steps are judged)
+        predicted = n_drafted * step + verify
+        if SUSPECT * (draft_seconds + (verify if verify_seconds is None else verify_seconds)) > predicted:
             factor = statistics.median(decoded) / step
             self.draft_steps.clear()
             self.draft_steps.extend([t * factor for t in older] + decoded)
@@ -981,6 +1016,8 @@ class DraftLengthPolicy:
             run: target passes of this one's shape in a row, itself included
                 (None: not counted; :data:`SETTLED`).
         """
+        # (on a GPU, a pass right after another shape times no cost where that is dear: SETTLED)
+        timed = run is None or self._pass_counts(n_drafted + 1, run, verify_seconds)
         if n_drafted:
             # Every record fades at each drafting pass, also of positions not
             # reached: an old verdict on a position is forgotten in time.
@@ -1003,7 +1040,7 @@ class DraftLengthPolicy:
                 if n_drafted > 1 and draft_seconds > first_step:
                     self.draft_steps.append((draft_seconds - first_step) / (n_drafted - 1))
             if self._warm_step is not None and self._warm_rows:
-                self._judge_warm_up(n_drafted, draft_seconds, verify_seconds)
+                self._judge_warm_up(n_drafted, draft_seconds, verify_seconds if timed else None)
             self._verdict = None
             # a pass that drafts within a recheck (a minimum draft length, another cap) ends it: its own
             # timings reopen the verdict, and the recheck's probes and 1-row passes no longer pair up
@@ -1011,8 +1048,8 @@ class DraftLengthPolicy:
             self.behind = 0
         else:
             self.behind += 1
-            if run is not None and not self._one_row_counts(run, verify_seconds):
-                return
+        if not timed:
+            return
         self.observe_verify(n_drafted + 1, verify_seconds)
         if not n_drafted and self._warm_one_row is not None and not self._rechecking:
             self._judge_warm_one_row(verify_seconds)
@@ -1026,14 +1063,17 @@ class DraftLengthPolicy:
             if not self._rechecking and self.cannot_pay(self._recheck_cap):  # a recheck that kept the verdict
                 self._recheck_gap = min(2 * self._recheck_gap, COST_PROBE_GAP)
 
-    def _one_row_counts(self, run: int, seconds: float) -> bool:
-        """A target-only pass, the ``run``-th of its shape in a row, took
-        ``seconds``: whether it times the 1-row cost (all but a switch that
-        costs more than settled passes: :data:`SETTLED`, :data:`SWITCH_DEAR`)."""
+    def _pass_counts(self, rows: int, run: int, seconds: float) -> bool:
+        """A target pass of ``rows`` rows, the ``run``-th of its shape in a
+        row, took ``seconds``: whether it times its row count's cost (all but a
+        switch where a 1-row switch costs more than a settled 1-row pass:
+        :data:`SETTLED`, :data:`SWITCH_DEAR`)."""
         if run >= SETTLED:
-            self._settled_one_row.append(seconds)
+            if rows == 1:
+                self._settled_one_row.append(seconds)
             return True
-        self._switch_one_row.append(seconds)
+        if rows == 1:
+            self._switch_one_row.append(seconds)
         return not self.switch_dear
 
     @property
@@ -1099,6 +1139,8 @@ class DraftLengthPolicy:
         pass settled, the third in a row), and 1-row passes right after a pass
         of another shape (:data:`SETTLED`)."""
         switches = [t for t in switch_one_row if t > 0]
+        self._switch_one_row.clear()
+        self._settled_one_row.clear()
         if switches:
             self._switch_one_row.extend(switches)
             self._settled_one_row.extend(t for t in verify.get(1, ()) if t > 0)

@@ -12,6 +12,8 @@ list of its cache, evaluates a batch and rewinds will do.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import statistics
 import time
@@ -165,19 +167,21 @@ class SpeculativeEngine:
             self.draft.warm_up((1,))
         rows = [n for n in timed if n in verify]
         drafts = self.draft is not None and bool(self.drafter)
-        # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass);
-        # on a GPU one row three times in a row, the first timed apart (right after another shape) and the third as
-        # target-only decoding pays it (adaptive.SETTLED: llama.cpp replays a CUDA graph from the third pass of a
-        # shape in a row). On a CPU the two cost the same (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the
-        # passes between them would add a third to the warm-up.
+        # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass).
+        # On a GPU each row count is timed as the third of its shape in a row, as target-only decoding and a fixed
+        # draft length pay it (adaptive.SETTLED: llama.cpp replays a CUDA graph from the third pass of a shape in a
+        # row), and one row right after the 2-row pass is timed apart. On a CPU the two cost the same
+        # (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the passes between would double the warm-up there.
         settle = 1 in rows and getattr(self.target, "offloaded", False)
-        target_rows = [n for n in rows[::-1] if n != 1 or not settle] + ([(SWITCH, 1), (None, 1), 1] if settle else [])
+        target_rows = rows[::-1] if not settle else [
+            entry for n in rows[::-1] if n != 1 for entry in ((None, n), (None, n), n)] + [(SWITCH, 1), (None, 1), 1]
         steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, target_rows)])
         steps = steps.get(1, [])
         switch = timings.pop(SWITCH, [])
         observe = getattr(self.policy, "observe_warm_up", None)
         if observe is not None:
-            observe(steps, timings, switch_one_row=switch)
+            observe(steps, timings, **({"switch_one_row": switch} if switch and _takes(observe, "switch_one_row")
+                                       else {}))
         observe_agreement = getattr(self.policy, "observe_agreement", None)
         if observe_agreement is not None and steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
             agreement = _draft_agreement(self.target, self.draft)
@@ -417,9 +421,11 @@ class SpeculativeEngine:
                 self.policy.observe_verify(n_rows, t2 - t1, reopen=False)
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
+                # on a GPU, how many target passes of this shape came in a row (adaptive.SETTLED)
+                run = ({"run": target.same_shape_run} if getattr(target, "offloaded", False)
+                       and _takes(self.policy.observe, "run") else {})
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1,
-                                    first_step=getattr(drafter, "first_step_seconds", None),
-                                    run=getattr(target, "same_shape_run", None))
+                                    first_step=getattr(drafter, "first_step_seconds", None), **run)
 
             emitted: list[int] = []
             finish = eog = None
@@ -480,6 +486,17 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
     finally:
         draft.rewind(0)
         target.rewind(0)
+
+
+def _takes(method, name: str) -> bool:
+    """Whether ``method`` takes the keyword ``name`` (a policy of the caller's own may not)."""
+    return _takes_cached(getattr(method, "__func__", method), name)
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_cached(function, name: str) -> bool:
+    params = inspect.signature(function).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _time_passes(kinds) -> list[dict]:

@@ -125,6 +125,45 @@ def test_greedy_speculative_equals_target_only(engine, k, policy):
         assert len(engine.policy.ks_at_full_cap()) > 1  # the length did adapt
 
 
+class CountingCheapDraftPolicy(CheapDraftPolicy):
+    """CheapDraftPolicy, told how many target passes of a shape came in a row (``run``), and keeping them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple[int, int]] = []
+
+    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None, run=None) -> None:
+        self.runs.append((n_drafted, run))
+        DraftLengthPolicy.observe(self, n_drafted, n_accepted, n_drafted * verify_seconds / 10, verify_seconds,
+                                  run=run)
+
+
+@pytest.mark.parametrize("policy", ["counting", "adaptive", "past-dependent"])
+def test_on_a_gpu_the_passes_in_a_row_change_no_token(engine, policy, monkeypatch):
+    """A target told it runs on a GPU: a policy whose observe takes ``run``
+    is told how many target passes of each pass's shape came in a row
+    (adaptive.SETTLED), a caller's own policies that take none are not, and
+    greedy output equals target-only's, the draft kept somewhere and
+    rejected somewhere."""
+    monkeypatch.setattr(engine.target, "offloaded", True)
+    if policy == "counting":
+        engine.policy = CountingCheapDraftPolicy()
+        adaptive = True
+    else:
+        adaptive = use_policy(engine, policy)
+    baseline = generate(engine, PROMPT, params=GREEDY, draft_max=0, max_tokens=64)
+    if policy == "counting":
+        engine.policy.runs.clear()  # (the baseline's passes)
+    spec = generate(engine, PROMPT, params=GREEDY, draft_max=8, max_tokens=64, adaptive=adaptive)
+    assert spec.tokens == baseline.tokens
+    assert 0 < spec.stats.n_accepted < spec.stats.n_drafted
+    if policy == "counting":
+        runs = engine.policy.runs
+        assert len(runs) > spec.stats.n_target_passes // 2 and all(run >= 1 for _, run in runs)  # (probes apart)
+        # a pass after one that drafted as many (rows = drafts + 1) is the second of its shape in a row, or more
+        assert all(run >= 2 for (k, run), (before, _) in zip(runs[1:], runs) if k == before)
+
+
 def test_flash_attention_is_off_unless_asked_for(tiny_pair):
     """Off by default (it widens the batch dependence of the rows: docs/flags.md); on, it reaches
     llama.cpp and changes the logits a little."""

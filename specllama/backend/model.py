@@ -188,9 +188,10 @@ class LlamaModel:
         self.tokens: list[int] = []
         #: seconds spent inside llama.cpp decoding (and copying logits), ever
         self.decode_seconds = 0.0
-        #: whether some of the model's layers run on a GPU (or an RPC server's)
+        #: whether some of the model's layers run on a GPU, here or an RPC server's (a build that could
+        #: offload, with no GPU and no server, runs every layer on the CPU)
         n_gpu_layers = int(getattr(getattr(self.llama, "model_params", None), "n_gpu_layers", 0))
-        self.offloaded = n_gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
+        self.offloaded = n_gpu_layers != 0 and bool(getattr(self, "rpc_servers", ()) or rpc.local_offload_devices())
         #: how many llama_decode calls in a row, the latest included, had its shape (tokens, logits rows):
         #: on a GPU llama.cpp replays a CUDA graph only from the third call of one shape in a row (it runs
         #: the first directly and captures the second), so a pass's cost depends on it there
