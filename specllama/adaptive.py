@@ -292,11 +292,11 @@ SUSPECT = 0.75
 # the warm-up times both; where the switches' median is over SWITCH_DEAR times the settled passes', a switch is no
 # timing of the 1-row cost (a recheck then waits for a settled 1-row pass after its probe). On a CPU the two cost the
 # same (0.975-1.046x: benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and every timing counts as before. Simulated
-# (tests/test_policy_sim.py, gpu_graphs): 0.977-0.982 of target-only where a switch costs 1.5-2x, against 0.590-0.925.
+# (tests/test_policy_sim.py, gpu_graphs): 0.977-0.984 of target-only where a switch costs 1.5-2x, against 0.587-0.934.
 # Every change of draft length costs two switches there, so where a switch is dear a draft length is kept while it is
 # within STICKY of the best, explorations come SWITCH_EXPLORE times as rarely, close calls not at all, and a new draft
-# length is kept until one of its passes is settled: where drafting pays (gpu_pays), 0.976-0.980 of the best fixed k
-# at acceptance 0.95 and 0.919-0.944 at 0.8, against 0.863-0.904 and 0.719-0.829 (d68a724).
+# length is kept until one of its passes is settled: where drafting pays (gpu_pays), 0.981-0.983 of the best fixed k
+# at acceptance 0.95 and 0.917-0.938 at 0.8, against 0.864-0.900 and 0.734-0.825 (d68a724).
 SETTLED = 3
 SWITCH_DEAR = 1.3
 STICKY = 0.1
@@ -860,6 +860,7 @@ class DraftLengthPolicy:
         draft model was fed or not (it is not while the policy decodes
         target-only: :meth:`drafting`)."""
         self.behind = 0 if draft_fed else n_prompt  # the draft catches up with this sequence only
+        self._last_k, self._settling = -1, 0  # the prompt's passes came between: nothing to settle
 
     def _catch_up_affordable(self) -> bool:
         """Whether a probe now may pay the draft's catch-up: at most
@@ -878,14 +879,15 @@ class DraftLengthPolicy:
             return min(cap, START_K)
         self.passes += 1
         self.since_probe += 1
-        if self._settling and minimum <= self._last_k <= cap:
-            # where a switch is dear, a new draft length (a close call's k = 0, an exploration's) is kept until a
-            # pass of it is settled: only that one times its cost (SETTLED)
+        if self._settling and minimum <= self._last_k <= cap and not (self._last_k and self.cannot_pay(cap)):
+            # where a switch is dear, a new draft length (an exploration's, a close call's) is kept until a pass
+            # of it is settled: only that one times its cost (SETTLED); not past a cannot-pay verdict
             self._settling -= 1
             return self._last_k
         self._settling = 0
         best = self._choose_anew(cap, minimum)
-        if best != self._last_k >= 0 and self.switch_dear:  # (not the first choice: nothing was timed yet)
+        # (not the first choice, nothing timed yet; nor one the cap made, a call's last tokens)
+        if best != self._last_k and 0 <= self._last_k <= cap and self.switch_dear:
             self._settling = SETTLED - 1
         self._last_k = best
         return best
@@ -1083,10 +1085,13 @@ class DraftLengthPolicy:
         return (len(self._switch_one_row) >= TRUSTED and len(self._settled_one_row) >= TRUSTED
                 and statistics.median(self._switch_one_row) > SWITCH_DEAR * statistics.median(self._settled_one_row))
 
-    def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True) -> None:
+    def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True, run: int | None = None) -> None:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
         a pass that timed no draft step (prompt-lookup drafts) keeps a
-        cannot-pay verdict, as target-only passes do (see :meth:`cannot_pay`)."""
+        cannot-pay verdict, as target-only passes do (see :meth:`cannot_pay`).
+        ``run``: as :meth:`observe`'s (a switch may time nothing)."""
+        if run is not None and not self._pass_counts(rows, run, seconds):
+            return
         window = ONE_ROW_WINDOW if rows == 1 else VERIFY_WINDOW
         self.verify_passes.setdefault(rows, deque(maxlen=window)).append(seconds)
         if rows == 1:

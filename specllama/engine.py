@@ -191,6 +191,13 @@ class SpeculativeEngine:
             self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
                               "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
 
+    def _run_of(self, target, method: str) -> dict:
+        """On a GPU, the ``run`` keyword for the policy's ``method``: how many target passes of the last one's
+        shape came in a row (adaptive.SETTLED); nothing on a CPU, or to a policy whose method takes none."""
+        if not getattr(target, "offloaded", False) or not _takes(getattr(self.policy, method), "run"):
+            return {}
+        return {"run": target.same_shape_run}
+
     def _notice(self, cap: int) -> None:
         """Once per loaded pair: the policy decodes target-only because even
         perfect acceptance cannot pay, with the measured costs."""
@@ -418,14 +425,12 @@ class SpeculativeEngine:
                 self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
             elif looked_up:  # the target's cost of these rows; lookup's acceptance is its own
                 self.lookup_mix.observe(len(draft_tokens), n_accepted)
-                self.policy.observe_verify(n_rows, t2 - t1, reopen=False)
+                self.policy.observe_verify(n_rows, t2 - t1, reopen=False, **self._run_of(target, "observe_verify"))
             elif not forced:  # forced drafts say nothing about the draft model
                 # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
-                # on a GPU, how many target passes of this shape came in a row (adaptive.SETTLED)
-                run = ({"run": target.same_shape_run} if getattr(target, "offloaded", False)
-                       and _takes(self.policy.observe, "run") else {})
                 self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1,
-                                    first_step=getattr(drafter, "first_step_seconds", None), **run)
+                                    first_step=getattr(drafter, "first_step_seconds", None),
+                                    **self._run_of(target, "observe"))
 
             emitted: list[int] = []
             finish = eog = None

@@ -3,6 +3,8 @@ synthetic timings and acceptance rates."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -771,3 +773,66 @@ def test_a_recheck_waits_for_a_settled_1_row_pass_after_each_probe():
     probed, drafted = run_target_only(told_nothing, 40, one_row=0.020, rows_seconds=ROWS, step=0.010, switch=1.5,
                                       tell_run=False)
     assert probed == recheck_probes(probed[0]) and told_nothing.verify_seconds[1] == pytest.approx(0.030)
+
+
+def drafting_policy(switch: float | None) -> DraftLengthPolicy:
+    """A draft step 2 ms, 1 row 15 ms, 2 rows 25, 9 rows 50 (drafting pays: k = 8 at perfect acceptance makes
+    9 tokens in 66 ms against 135), every warm-up draft agreed with; 1-row passes right after a 2-row pass
+    ``switch`` times a settled one (None: not timed apart, as on a CPU)."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.002] * 5, {1: [0.015] * 5, **{rows: [t] * 5 for rows, t in ROWS.items()}},
+                      **({"switch_one_row": [0.015 * switch] * 5} if switch else {}))
+    p.observe_agreement(16, 16)
+    return p
+
+
+def draft_lengths(p: DraftLengthPolicy, passes: int, *, switch: float) -> list[int]:
+    """Drive ``p`` for ``passes`` passes, every draft kept, each target pass told how many of its shape came in a
+    row (those before SETTLED cost ``switch`` times): the draft lengths chosen."""
+    ks, run, last = [], 0, None
+    for _ in range(passes):
+        k = p.choose(8)
+        run = run + 1 if k == last else 1
+        last = k
+        rows = k + 1
+        seconds = (0.015 if rows == 1 else float(np.interp(rows, [2, 9], [0.025, 0.050])))
+        seconds *= switch if run < SETTLED else 1.0
+        p.observe(k, k, 0.002 * k, seconds, first_step=0.002 if k else None, run=run)
+        ks.append(k)
+    return ks
+
+
+def test_where_a_switch_is_dear_a_new_draft_length_is_kept_until_one_of_its_passes_is_settled():
+    """A switch 2x: the explorations' draft lengths are each kept for
+    SETTLED passes in a row (each change of k costs two switches, and only
+    the third pass times its cost); a call's last tokens, whose cap makes k
+    smaller, hold nothing after them."""
+    p = drafting_policy(2.0)
+    ks = draft_lengths(p, 300, switch=2.0)
+    runs = [len(list(group)) for _, group in itertools.groupby(ks)]
+    assert len(runs) >= 3 and min(runs[1:-1]) >= SETTLED  # (the first choice and the last run apart)
+    assert p.choose(3) == 3 and p.choose(8) != 3
+
+
+def test_where_a_switch_is_dear_a_draft_length_nearly_as_good_is_kept():
+    """Last pass at k = 7, within STICKY (10%) of the best k = 8 in expected
+    tokens per second: kept where a switch is dear, left for 8 where it is not."""
+    for switch, expected in ((2.0, 7), (None, 8)):
+        p = drafting_policy(switch)
+        assert p.choose(8) == 8
+        p.observe(8, 8, 0.016, 0.050, first_step=0.002)
+        p._last_k = 7
+        assert p.choose(8) == expected
+
+
+def test_a_hold_gives_way_to_a_cannot_pay_verdict():
+    """A draft length held (SETTLED), then settled 1-row passes of 5 ms
+    (target-only: 9 tokens in 45 ms against 66 at k = 8): even perfect
+    acceptance cannot pay, and the next choice is 0, not the held 8."""
+    p = drafting_policy(2.0)
+    p.choose(8)
+    p._last_k = 4
+    assert p.choose(8) == 8 and p._settling == SETTLED - 1
+    for _ in range(8):
+        p.observe(0, 0, 0.0, 0.005, run=SETTLED)
+    assert p.cannot_pay(8) and p._settling and p.choose(8) == 0

@@ -37,7 +37,8 @@ for r in runs:
     same = next((i for i, (a, b) in enumerate(zip(r["tokens"], base)) if a != b), None)
     print(f"{r['config']}: {r['tokens_per_second']:.1f} tok/s, {r['n_target_passes']} passes, drafted {r['n_drafted']}, "
           f"kept {r['n_accepted']}; tokens {'equal target-only' if same is None else f'part from target-only at {same}'}; "
-          f"verdict: {r.get('policy', {}).get('verdict', '-')}; warm-up off: {r.get('policy', {}).get('warm_up_off', '-')}")
+          f"verdict: {r.get('policy', {}).get('verdict', '-')}; warm-up off: {r.get('policy', {}).get('warm_up_off', '-')}; "
+          f"switch dear: {r.get('policy', {}).get('switch_dear', '-')}; warm-up ms: {r.get('policy', {}).get('warm_up_ms')}")
 PY
 fresh; timeout 200 python3 -m specllama bench --pair demo -ngl 99 -ngld 99 -n 128 > "$OUT/demo_bench.txt" 2>&1
 echo "bench rc $?"; tail -30 "$OUT/demo_bench.txt"
