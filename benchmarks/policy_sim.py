@@ -138,7 +138,7 @@ def main() -> None:
               f"rechecks {rechecks} in {sim.RUNS} fresh processes")
     for one_row in (1.0, 1.5, 2.0):
         for accept in (0.8, 0.95):
-            ratio, drafting = sim.gpu_run(one_row, accept)
+            ratio, drafting, _ = sim.graphs_run(sim.GPU_DEMO, accept, warm_up=sim.GPU_WARM_UP | {1: one_row})
             print(f"the demo pair on an H200 (drafting cannot pay), its warm-up's 1-row passes {one_row:g}x and draft "
                   f"steps {sim.GPU_WARM_UP_DRAFT:g}x decoding's, acceptance {accept}: {ratio:.4f} of target-only, "
                   f"drafting in {100 * drafting:.1f}% of passes ({sim.RUNS} fresh processes)")

@@ -488,6 +488,9 @@ class DraftLengthPolicy:
     # 1-row passes by the passes of their shape in a row (SETTLED): the latest settled ones, and switches
     _settled_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
     _switch_one_row: deque = field(default_factory=lambda: deque(maxlen=VERIFY_WINDOW))
+    # whether a 1-row pass right after a pass of another shape costs over SWITCH_DEAR times a settled one (medians of
+    # the two windows above, TRUSTED timings each at least: judged again whenever they change, _judge_switch)
+    switch_dear: bool = False
     # where a switch is dear: the last choice, and how many more passes keep it so that one of them is settled
     _last_k: int = -1
     _settling: int = 0
@@ -1070,20 +1073,16 @@ class DraftLengthPolicy:
         row, took ``seconds``: whether it times its row count's cost (all but a
         switch where a 1-row switch costs more than a settled 1-row pass:
         :data:`SETTLED`, :data:`SWITCH_DEAR`)."""
-        if run >= SETTLED:
-            if rows == 1:
-                self._settled_one_row.append(seconds)
-            return True
         if rows == 1:
-            self._switch_one_row.append(seconds)
-        return not self.switch_dear
+            (self._settled_one_row if run >= SETTLED else self._switch_one_row).append(seconds)
+            self._judge_switch()
+        return run >= SETTLED or not self.switch_dear
 
-    @property
-    def switch_dear(self) -> bool:
-        """Whether a 1-row pass right after a pass of another shape costs over
-        ``SWITCH_DEAR`` times a settled one (medians of the latest ``TRUSTED`` or more)."""
-        return (len(self._switch_one_row) >= TRUSTED and len(self._settled_one_row) >= TRUSTED
-                and statistics.median(self._switch_one_row) > SWITCH_DEAR * statistics.median(self._settled_one_row))
+    def _judge_switch(self) -> None:
+        """:attr:`switch_dear` on the latest 1-row timings of both kinds."""
+        self.switch_dear = (len(self._switch_one_row) >= TRUSTED and len(self._settled_one_row) >= TRUSTED
+                            and statistics.median(self._switch_one_row)
+                            > SWITCH_DEAR * statistics.median(self._settled_one_row))
 
     def observe_verify(self, rows: int, seconds: float, *, reopen: bool = True, run: int | None = None) -> None:
         """One target pass of ``rows`` rows took ``seconds``. ``reopen=False``:
@@ -1149,6 +1148,7 @@ class DraftLengthPolicy:
         if switches:
             self._switch_one_row.extend(switches)
             self._settled_one_row.extend(t for t in verify.get(1, ()) if t > 0)
+        self._judge_switch()
         self.draft_steps.extend(t for t in draft_steps if t > 0)
         self._verdict = None
         for rows, ts in verify.items():

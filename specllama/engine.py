@@ -171,7 +171,8 @@ class SpeculativeEngine:
         # On a GPU each row count is timed as the third of its shape in a row, as target-only decoding and a fixed
         # draft length pay it (adaptive.SETTLED: llama.cpp replays a CUDA graph from the third pass of a shape in a
         # row), and one row right after the 2-row pass is timed apart. On a CPU the two cost the same
-        # (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the passes between would double the warm-up there.
+        # (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the passes between made the demo pair's warm-up
+        # 1.7x as long there (warm_up_time.txt).
         settle = 1 in rows and getattr(self.target, "offloaded", False)
         target_rows = rows[::-1] if not settle else [
             entry for n in rows[::-1] if n != 1 for entry in ((None, n), (None, n), n)] + [(SWITCH, 1), (None, 1), 1]

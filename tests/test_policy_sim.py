@@ -386,19 +386,6 @@ GPU_WARM_UP = {2: 1.15, 9: 0.65}
 GPU_WARM_UP_DRAFT = 0.61
 
 
-def gpu_run(one_row: float, accept: float, seed: int = 2) -> tuple[float, float]:
-    """``RUNS`` fresh processes on GPU_DEMO whose warm-up timed a 1-row pass at
-    ``one_row`` times decoding's: their tokens per second over target-only's
-    (the best fixed k there), and the share of their passes that drafted."""
-    k_best, best = best_fixed(GPU_DEMO, accept, seed=1)
-    assert k_best == 0
-    rng = np.random.default_rng(seed)
-    runs = [Run(GPU_DEMO, rng, agree=accept, warm_up=GPU_WARM_UP | {1: one_row}, warm_up_draft=GPU_WARM_UP_DRAFT)
-            for _ in range(RUNS)]
-    ours = tps([r.call(constant(accept)) for r in runs])
-    return ours / best, sum(r.drafting_passes for r in runs) / sum(r.passes for r in runs)
-
-
 @pytest.mark.parametrize("one_row", [1.5, 2.0])
 def test_a_warm_up_that_prices_the_1_row_pass_dear_does_not_keep_drafting_at_a_loss(one_row):
     """GPU_DEMO, acceptance 0.95, a warm-up whose 1-row pass read 1.5x and 2x
@@ -411,7 +398,8 @@ def test_a_warm_up_that_prices_the_1_row_pass_dear_does_not_keep_drafting_at_a_l
     the H200: 0.61). Judged: 0.980 and 0.975, in 0.5% and 0.6%. (A warm-up
     whose 1-row pass read right, its draft step still 0.61x: 0.967 before,
     0.989 after.)"""
-    ratio, drafting = gpu_run(one_row, 0.95)
+    ratio, drafting, k_best = graphs_run(GPU_DEMO, 0.95, warm_up=GPU_WARM_UP | {1: one_row})
+    assert k_best == 0
     assert drafting <= 0.02, drafting
     assert ratio >= 0.95, ratio
 
