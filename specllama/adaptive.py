@@ -97,7 +97,9 @@ Robust for a first-time user and in a long-lived process:
   2-row ones read k = 1 as paying where nothing did: the coder pair there,
   also where the busy moment ended just as the 2-row passes were timed).
   Each probe's timings are taken against its own 1-row pass, and a recheck
-  turns the verdict only where drafting would gain ``REOPEN_MARGIN``. It
+  turns the verdict only where drafting would gain ``REOPEN_MARGIN``, and
+  decoding then confirms it: every other pass is target-only until
+  ``CONFIRM`` 1-row passes are timed, outnumbering the recheck's. It
   ends early where its probes so far already say that even perfect
   acceptance cannot pay (``RECHECK_SETTLED``): the verdict then stands on
   this moment's costs (three probes, each a 2-row pass and a draft step,
@@ -297,6 +299,17 @@ SUSPECT = 0.75
 # within STICKY of the best, explorations come SWITCH_EXPLORE times as rarely, close calls not at all, and a new draft
 # length is kept until one of its passes is settled: where drafting pays (gpu_pays), 0.981-0.983 of the best fixed k
 # at acceptance 0.95 and 0.917-0.938 at 0.8, against 0.864-0.900 and 0.734-0.825 (d68a724).
+# A recheck that turns a cannot-pay verdict stands on its own three 1-row passes, and drafting passes time no 1-row
+# pass: in a slower period on a 2-core VM the coder pair's rechecks turned the verdict in 5 of 15 (a recheck's 1-row
+# passes 1.28x the warm-up's where its 2-row probes were 1.17x), and those runs drafted at a loss for 8 to 75 passes
+# (0.574 of target-only at worst: benchmarks/RESULTS.md, "The coder pair at 0.8, 20 rotated rounds, twice"). So a
+# turned verdict is confirmed by decoding: every CONFIRM_EVERY-th pass is target-only until CONFIRM 1-row passes of
+# decoding are timed, which then outnumber the recheck's TRUSTED in the 1-row cost's median (tests/test_adaptive.py:
+# 5 drafting passes where a recheck's 1-row passes alone ran 1.75x, against 149 of 300 without; replacing the
+# recheck's with only 3 of decoding's turned a real gain of the chat pair's thin margin back in 1 of 48 simulated
+# processes: benchmarks/policy_sim.py --set CONFIRM=3).
+CONFIRM = 2 * TRUSTED - 1  # (decoding's 1-row timings then outnumber the recheck's TRUSTED)
+CONFIRM_EVERY = 2
 SETTLED = 3
 SWITCH_DEAR = 1.3
 STICKY = 0.1
@@ -476,6 +489,8 @@ class DraftLengthPolicy:
     probes: int = 0  # padded target-only passes timed (a recheck's, a cost probe's), all told
     warm_up_costs: dict = field(default_factory=dict)  # the warm-up's medians, seconds (for --json's "policy")
     _close_call_at: int = 0  # the pass of the last close call (its k = 0 may have gone untimed: lookup drafts)
+    # after a recheck turned a cannot-pay verdict: the 1-row passes of decoding still to time (CONFIRM)
+    _confirming: int = 0
     _warm_rows: dict[int, float] = field(default_factory=dict)  # the warm-up's passes: rows -> median seconds
     # the warm-up's median 1-row pass, until target-only passes of decoding have judged it (CONTRADICTED; None after)
     _warm_one_row: float | None = None
@@ -794,7 +809,9 @@ class DraftLengthPolicy:
                           fresh_rows=(1, rows), fresh_steps=True)
         self._verdict = None
         self._warm_step = self._warm_one_row = None  # every cost taken at this moment
-        self.cannot_pay(self._recheck_cap)  # the verdict on this moment's costs, turned only by REOPEN_MARGIN
+        # the verdict on this moment's costs, turned only by REOPEN_MARGIN; where it turned, decoding times the
+        # 1-row pass again (CONFIRM)
+        self._confirming = 0 if self.cannot_pay(self._recheck_cap) else CONFIRM
         self._verdict_margin = REOPEN_MARGIN
 
     def verdict(self, cap: int) -> str:
@@ -911,9 +928,14 @@ class DraftLengthPolicy:
                 self.since_probe = 0
                 self.cost_probe_gap = min(2 * self.cost_probe_gap, MAX_COST_PROBE_GAP)
                 self._probe_rows = cap + 1
+            self._confirming = 0
             return 0
         if minimum == 0 and self._hinges_on_warm_one_row(cap):
             return 0  # target-only passes time what the choice hinges on (HINGE)
+        if (self._confirming and minimum == 0 and not self.switch_dear
+                and self.passes - max(self.last_timed.get(1, 0), self._close_call_at) >= CONFIRM_EVERY):
+            self._close_call_at = self.passes  # a turned verdict: decoding times the 1-row pass (CONFIRM)
+            return 0
         rates, may_pay = self._rates(cap)
         best = _best_drafting(rates) if may_pay else 0
         if best == 0 and not self._sure(cap):
@@ -1058,6 +1080,8 @@ class DraftLengthPolicy:
         self.observe_verify(n_drafted + 1, verify_seconds)
         if not n_drafted and self._warm_one_row is not None and not self._rechecking:
             self._judge_warm_one_row(verify_seconds)
+        if not n_drafted and self._confirming and not self._rechecking:
+            self._confirming -= 1  # a turned verdict's 1-row pass of decoding (CONFIRM)
         if not n_drafted and self._rechecking % 2 == 1:  # a recheck's 1-row pass, after its probe
             self._rechecking -= 1
             settled = self._recheck_settled() if self._rechecking else None

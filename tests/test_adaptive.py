@@ -431,13 +431,14 @@ def test_acceptance_estimates_follow_observations():
 
 
 def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_seconds, step: float,
-                    probed_rows: list[int] | None = None, busy=lambda _: 1.0,
+                    probed_rows: list[int] | None = None, busy=lambda _: 1.0, one_row_busy=lambda _: 1.0,
                     switch: float | None = None, tell_run: bool = True) -> tuple[list[int], list[int]]:
     """Drive the policy for ``passes`` passes as the engine does while it
     decodes target-only (1-row passes of ``one_row``; a probe of padded rows
     timed ``rows_seconds``, a float or rows -> seconds (other row counts on
     the line between), with a draft step of ``step``; every cost of pass i
-    times ``busy(i)``) until it drafts: the passes that probed, and those
+    times ``busy(i)``, its 1-row pass also ``one_row_busy(i)``; every draft
+    kept where it drafts): the passes that probed, and those
     that drafted (the probes' row counts appended to ``probed_rows``).
     ``switch``: the 1-row passes are told how many came in a row (a probe
     or a drafting pass between), and those before the ``SETTLED``-th cost
@@ -462,9 +463,9 @@ def run_target_only(p: DraftLengthPolicy, passes: int, *, one_row: float, rows_s
                 probed_rows.append(rows)
             p.observe_probe(rows, seconds(rows) * factor, step * factor)
         elif switch is None:
-            p.observe(0, 0, 0.0, one_row * factor)
+            p.observe(0, 0, 0.0, one_row * factor * one_row_busy(i))
         else:
-            p.observe(0, 0, 0.0, one_row * factor * (switch if run < SETTLED else 1.0),
+            p.observe(0, 0, 0.0, one_row * factor * one_row_busy(i) * (switch if run < SETTLED else 1.0),
                       **({"run": run} if tell_run else {}))
     return probed, drafted
 
@@ -579,6 +580,33 @@ def test_a_busy_moment_that_ends_as_a_recheck_starts_does_not_turn_the_verdict()
     assert drafted == [] and p.cannot_pay(8)
     assert p.rechecks == 1 and probed == [TRUSTED // 2 + 2]
     assert p.verify_seconds[1] == pytest.approx(0.040)
+
+
+def test_a_verdict_turned_on_a_recheck_s_slow_1_row_passes_is_taken_back_once_decoding_times_them():
+    """The same warm-up (no k pays), then the 1-row passes alone 1.75x
+    dearer (70 ms) through a recheck, whose probes are timed calm (2 rows 70
+    ms, a draft step 25): on the recheck's timings k = 1 pays (2 tokens in 95
+    ms against 140, 1.47x) and the verdict turns. After it every pass costs
+    what it did at load. Were the recheck's 1-row timings kept until drafting
+    times others (an exploration of k = 0 every 3 x EXPLORE_EVERY passes), the
+    policy would draft at a loss for 149 of 300 passes, as the coder pair did
+    after 5 of 15 rechecks in a slower period on a 2-core VM (75 drafting passes
+    at 0.574 of target-only in one run; benchmarks/RESULTS.md, "The coder pair
+    at 0.8, 20 rotated rounds, twice"). A turned verdict is confirmed by decoding:
+    every CONFIRM_EVERY-th pass is target-only until CONFIRM 1-row passes are
+    timed. Once decoding's outnumber the recheck's, their median is the 1-row
+    cost (40 ms), drafting cannot pay, and the verdict is back: five drafting
+    passes, every other pass from the recheck's end, and target-only from the
+    tenth pass after it on."""
+    p = DraftLengthPolicy()
+    p.observe_warm_up([0.025] * 5, {1: [0.040] * 5, 2: [0.070] * 5, 9: [0.300] * 5})
+    first = TRUSTED // 2 + 2
+    end = first + 2 * RECHECK_PROBES  # the pass after the recheck's last 1-row pass
+    probed, drafted = run_target_only(p, 300, one_row=0.040, rows_seconds={2: 0.070, 9: 0.300}, step=0.025,
+                                      one_row_busy=lambda i: 1.75 if i < end else 1.0)
+    assert probed == recheck_probes(first) and p.rechecks == 1
+    assert drafted == [end, end + 2, end + 4, end + 6, end + 8], drafted
+    assert p.cannot_pay(8) and p.verify_seconds[1] == pytest.approx(0.040)
 
 
 def test_a_pass_that_drafts_within_a_recheck_ends_it():
