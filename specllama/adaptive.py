@@ -305,9 +305,12 @@ SUSPECT = 0.75
 # (0.574 of target-only at worst: benchmarks/RESULTS.md, "The coder pair at 0.8, 20 rotated rounds, twice"). So a
 # turned verdict is confirmed by decoding: every CONFIRM_EVERY-th pass is target-only until CONFIRM 1-row passes of
 # decoding are timed, which then outnumber the recheck's TRUSTED in the 1-row cost's median (tests/test_adaptive.py:
-# 5 drafting passes where a recheck's 1-row passes alone ran 1.75x, against 149 of 300 without; replacing the
-# recheck's with only 3 of decoding's turned a real gain of the chat pair's thin margin back in 1 of 48 simulated
-# processes: benchmarks/policy_sim.py --set CONFIRM=3).
+# 5 drafting passes where a recheck's 1-row passes alone ran 1.75x, against 149 of 300 without). Simulated
+# (benchmarks/runs/confirm-2026-12-04): the coder pair's busy moments 0.982-0.995 -> 0.986-0.995 of target-only,
+# drafting in 38-92 passes of about 27,000 where 68-326 did before; moments of slow 1-row passes alone (6 and 12 in
+# each hundred) 0.892 and 0.895 -> 0.935 and 0.916; the chat pair's thin margin, a real gain a recheck must find, as
+# before (10th percentile 0.949; with 3, --set CONFIRM=3: 0.945; a first version that put 3 of decoding's in place
+# of the recheck's took that gain back in 1 of 48 processes).
 CONFIRM = 2 * TRUSTED - 1  # (decoding's 1-row timings then outnumber the recheck's TRUSTED)
 CONFIRM_EVERY = 2
 SETTLED = 3

@@ -83,6 +83,32 @@ def test_a_round_without_fixed_drafts_takes_target_only_as_the_best_and_its_twin
                                   "vs target-only,default,k=2,k=4,k=8,k=4 (A/A)) do not pool")
 
 
+def test_k_8_s_twin_is_the_control_where_it_is_run(tmp_path):
+    """--configs "target-only,default,k=8,k=8 (A/A)" (the demo pair at 0.8, whose
+    best fixed k is 8): the A/A ratio is k = 8's twin over k = 8."""
+    configs = "target-only,default,k=8,k=8 (A/A)"
+    cell = {"target-only": [30, 30, 30], "default": [44, 40, 45], "k=8": [44, 44, 45], "k=8 (A/A)": [44, 42, 54]}
+    args = {"n": 256, "long_lived": False, "calls": 10, "seed": 1, "aa_same_seed": False, "configs": configs}
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps({"args": args, "values": [["demo", 0.8, cell]],
+                                "loads": [["demo", 0.8, {c: [1.0] * 3 for c in cell}]]}))
+    out = report(path)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["results"]
+    assert row["best_fixed"] == "k=8"
+    assert row["ratios"]["default/best-fixed"]["median"] == pytest.approx(1.0)  # 1.0, 40/44, 1.0
+    assert row["ratios"]["A/A"]["median"] == pytest.approx(1.0)  # 1.0, 42/44, 1.2
+    assert row["ratios"]["A/A"]["p10"] == pytest.approx(42 / 44 + 0.2 * (1 - 42 / 44))
+
+
+def test_a_control_without_its_original_is_refused():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--configs", "target-only,default,k=8 (A/A)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == ("--configs 'target-only,default,k=8 (A/A)': needs target-only, default, one A/A "
+                                  "control (k=4 (A/A), k=8 (A/A), target-only (A/A)) and the configuration it repeats")
+
+
 def run(config: str, tps: float, text: str, drafted: int, kept: int, passes: int, rnd: int = 1) -> dict:
     """One process's details as --save keeps them (demo, temperature 0)."""
     return {"round": rnd, "pair": "demo", "temperature": 0.0, "config": config, "prompt": "story", "seed": 1,
