@@ -73,6 +73,19 @@ def load_policy(source: str, origin: str) -> None:
     exec(compile(source, origin, "exec"), module.__dict__)
 
 
+def simulator(commit: str | None = None, sets: tuple[str, ...] = ()) -> types.ModuleType:
+    """tests/test_policy_sim.py on specllama/adaptive.py as checked out (or as at ``commit``), each of ``sets``
+    (NAME=VALUE) rewriting one of its constants first."""
+    source = policy_source(commit)
+    for item in sets:
+        source = with_constant(source, item)
+    sys.path.insert(0, str(ROOT))
+    load_policy(source, f"{commit or 'checkout'}:{MODULE}")
+    from tests import test_policy_sim
+
+    return test_policy_sim
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy-from", metavar="COMMIT", help=f"{MODULE} as at this commit")
@@ -86,13 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.exact_costs and args.seeds:
         ap.error("--exact-costs runs the tests' seed alone: leave out --seeds")
-    source = policy_source(args.policy_from)
-    for item in args.set:
-        source = with_constant(source, item)
-    sys.path.insert(0, str(ROOT))
-    load_policy(source, f"{args.policy_from or 'checkout'}:{MODULE}")
-    from tests import test_policy_sim as sim
-
+    sim = simulator(args.policy_from, tuple(args.set))
     if args.exact_costs:
         exact_costs(sim, args.exact_costs)
         return

@@ -27,6 +27,15 @@ def saved(path: Path, rounds: list[list[float]], n: int = 256, runs: list | None
     return path
 
 
+def saved_configs(path: Path, pair: str, temp: float, cell: dict[str, list[float]]) -> Path:
+    """A --save file of a --configs run: ``cell``, configuration -> tok/s by round (its keys, in order, the configs)."""
+    args = {"n": 256, "long_lived": False, "calls": 10, "seed": 1, "aa_same_seed": False, "configs": ",".join(cell)}
+    rounds = len(next(iter(cell.values())))
+    path.write_text(json.dumps({"args": args, "values": [[pair, temp, cell]],
+                                "loads": [[pair, temp, {c: [1.0] * rounds for c in cell}]]}))
+    return path
+
+
 def report(*files: Path, as_json: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), "--report", *map(str, files), *(["--json"] if as_json else [])],
                           capture_output=True, text=True, timeout=60)
@@ -64,12 +73,8 @@ def test_runs_of_another_length_do_not_pool(tmp_path):
 
 def test_a_round_without_fixed_drafts_takes_target_only_as_the_best_and_its_twin_as_the_control(tmp_path):
     """--configs "target-only,default,target-only (A/A)" (the coder pair, where no draft length pays)."""
-    configs = "target-only,default,target-only (A/A)"
     cell = {"target-only": [40, 40, 50], "default": [39, 42, 45], "target-only (A/A)": [42, 40, 45]}
-    args = {"n": 256, "long_lived": False, "calls": 10, "seed": 1, "aa_same_seed": False, "configs": configs}
-    path = tmp_path / "coder.json"
-    path.write_text(json.dumps({"args": args, "values": [["demo-coder", 0.0, cell]],
-                                "loads": [["demo-coder", 0.0, {c: [1.0] * 3 for c in cell}]]}))
+    path = saved_configs(tmp_path / "coder.json", "demo-coder", 0.0, cell)
     out = report(path)
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)["results"]
@@ -86,13 +91,8 @@ def test_a_round_without_fixed_drafts_takes_target_only_as_the_best_and_its_twin
 def test_k_8_s_twin_is_the_control_where_it_is_run(tmp_path):
     """--configs "target-only,default,k=8,k=8 (A/A)" (the demo pair at 0.8, whose
     best fixed k is 8): the A/A ratio is k = 8's twin over k = 8."""
-    configs = "target-only,default,k=8,k=8 (A/A)"
     cell = {"target-only": [30, 30, 30], "default": [44, 40, 45], "k=8": [44, 44, 45], "k=8 (A/A)": [44, 42, 54]}
-    args = {"n": 256, "long_lived": False, "calls": 10, "seed": 1, "aa_same_seed": False, "configs": configs}
-    path = tmp_path / "demo.json"
-    path.write_text(json.dumps({"args": args, "values": [["demo", 0.8, cell]],
-                                "loads": [["demo", 0.8, {c: [1.0] * 3 for c in cell}]]}))
-    out = report(path)
+    out = report(saved_configs(tmp_path / "demo.json", "demo", 0.8, cell))
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)["results"]
     assert row["best_fixed"] == "k=8"

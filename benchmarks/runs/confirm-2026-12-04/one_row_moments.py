@@ -9,14 +9,12 @@ target-only's under the same moments, drafting passes, passes, rechecks (108 fre
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import policy_sim  # noqa: E402
+from policy_sim import simulator  # noqa: E402
 
 commit = sys.argv[1] if len(sys.argv) > 1 else None
-policy_sim.load_policy(policy_sim.policy_source(commit), f"{commit or 'checkout'}:specllama/adaptive.py")
-from tests import test_policy_sim as sim  # noqa: E402
+sim = simulator(commit)
 
 for length in (3, 6, 12, 24):
     ratio, drafting, passes, rechecks = sim.busy_moments_run(length, one_row_only=True)

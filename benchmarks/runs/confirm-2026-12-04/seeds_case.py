@@ -10,14 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import policy_sim  # noqa: E402
+from policy_sim import simulator  # noqa: E402
 
 commit = sys.argv[1] if len(sys.argv) > 1 else None
-policy_sim.load_policy(policy_sim.policy_source(commit), f"{commit or 'checkout'}:specllama/adaptive.py")
-from tests import test_policy_sim as sim  # noqa: E402
+sim = simulator(commit)
 
 for accept in (0.95, 0.98):
     ratios = [sim.fresh_ratio(accept, seed, machine=sim.DEMO_MEASURED)[0] for seed in range(2, 8)]
