@@ -472,7 +472,7 @@ class SpeculativeLlama:
         options = replace(options, stop=options.stop + tuple(rendered.stop))
         prompt_tokens = tokenize_prompt(self.engine, tokens)
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
-        reader = ReplyReader() if request is not None and request.renders else None
+        reader = ReplyReader([f.name for f in request.allowed]) if request is not None and request.renders else None
         chunks = _Stream(self._turns, lambda: _chat_chunks(
             self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
@@ -712,9 +712,7 @@ def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[s
                     held.append(piece)
             if finish is not None:
                 deltas += [{"content": piece} for piece in reader.finish()]
-                if reader.unfinished:
-                    deltas.append({"content": reader.unfinished})
-                elif reader.calls and finish == "stop":
+                if reader.calls and not reader.unfinished and finish == "stop":
                     finish = "tool_calls"
             done = [d for d in held if d.index < len(reader.calls)]
             held = [d for d in held if d.index >= len(reader.calls)]
@@ -749,7 +747,7 @@ def collect_chat(chunks: Iterator[dict]) -> dict:
     assert final is not None
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
-        message["content"] = content or None
+        message["content"] = content if content.strip() else None  # (a space before the calls is none)
         message["tool_calls"] = calls
     response = {
         "id": final["id"],

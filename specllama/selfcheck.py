@@ -322,6 +322,7 @@ def run_verify(
     settings: Mapping[str, object] | None = None,
     on_sample: Callable[[], None] | None = None,
     grammar: GrammarSpec | None = None,
+    grammar_consumed: Sequence[int] = (),
 ) -> VerifyResult:
     """Check that speculative decoding samples the target's distribution.
 
@@ -341,6 +342,8 @@ def run_verify(
         grammar: a constraint (:mod:`specllama.constraint`): the expected laws
             are the target's locally masked rows, and every sample decodes
             under a fresh copy of the grammar.
+        grammar_consumed: tokens the grammar has already consumed (a reply
+            in progress, at the end of the prompt): each copy starts after them.
 
     Returns:
         The :class:`VerifyResult`.
@@ -367,8 +370,17 @@ def run_verify(
     seed = fresh_seed() if params.seed is None else params.seed
 
     def fresh_constraint() -> LLGuidanceConstraint | None:
-        return None if grammar is None else LLGuidanceConstraint(grammar, target.grammar_tokenizer(), target.n_vocab)
+        if grammar is None:
+            return None
+        constraint = LLGuidanceConstraint(grammar, target.grammar_tokenizer(), target.n_vocab)
+        constraint.commit(grammar_consumed)
+        return constraint
 
+    if grammar_consumed and (grammar is None or LLGuidanceConstraint(
+            grammar, target.grammar_tokenizer(), target.n_vocab).legal_prefix(grammar_consumed) < len(
+                grammar_consumed)):
+        raise SpecLlamaError(f"the grammar does not allow the tokens it is said to have consumed "
+                             f"({list(grammar_consumed)[:8]}...)", param="grammar_consumed")
     probe = fresh_constraint()
     mask_1 = probe.allowed(()) if probe is not None else None
     # The expected laws: one-row target decodes, as target-only decoding samples them.

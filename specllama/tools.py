@@ -1,8 +1,7 @@
 """OpenAI tool calls: the request's tools checked, the grammar that holds a
 reply to them, and the reply read back into ``tool_calls``.
 
-One output format is supported, the one Hermes and Qwen 2.5 templates teach
-their models::
+A call is written the way Hermes and Qwen 2.5 templates teach their models::
 
     <tool_call>
     {"name": "get_weather", "arguments": {"city": "Paris"}}
@@ -11,20 +10,28 @@ their models::
 (several such blocks, one per line, when parallel calls are allowed). Where
 the vocabulary has ``<tool_call>`` and ``</tool_call>`` as single tokens
 (Qwen 2.5), the grammar names those tokens; elsewhere it spells them out.
+Small models often write a call their own way instead: the same object,
+laid out as they like, bare, in a code fence (```` ```json ````), in a wrapper
+tag (``<function_call>``, ``<tools>``, ``<response>``, ``<json>``, ...) or in
+doubled braces. Under "auto" these are calls too, as llama-server's
+Hermes/Qwen handler takes them.
 
 The grammar (:func:`tool_grammar`) is llguidance Lark:
 
-- ``tool_choice="auto"``: free text, then optionally calls. The text may not
-  contain the opening tag, so a call cannot hide in the content, and once
-  the tag is emitted the rest of the reply must be calls whose arguments
-  follow their tool's schema (llama-server's "lazy grammar", as one grammar:
-  the trigger state is the grammar's state, computed along each draft path
-  and rolled back with it).
-- ``"required"`` or a named function: calls only (that function only).
+- ``tool_choice="auto"``: free text, then optionally calls. A call opens
+  with the tag or with ``{"name": "<one of the tools>"`` (whatever stands
+  before it); the text may contain no such opening, so a call cannot hide in
+  the content, and from the opening on the rest of the reply must be calls
+  whose arguments follow their tool's schema, and the closing tags and fences
+  (llama-server's "lazy grammar", as one grammar: the trigger state is the
+  grammar's state, computed along each draft path and rolled back with it).
+  Text that merely names a tool, or a JSON block that calls none, is text.
+- ``"required"`` or a named function: calls only (that function only), in
+  the template's own form.
 - ``"none"``: no grammar, and the template is not shown the tools.
 
 The law is that of target-only decoding under the same grammar
-(:mod:`specllama.constraint`).
+(:mod:`specllama.constraint`). :class:`ReplyReader` reads every form back.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
+
+import regex
 
 from .constraint import JSON_LAYOUT, GrammarSpec
 from .errors import SpecLlamaError
@@ -205,6 +214,23 @@ def tags_for(single_token: Any) -> Tags:
 
 DEFS = ("$defs", "definitions")
 
+#: the wrapper tags small models write around a call instead of their template's own (the ones
+#: llama-server's Hermes/Qwen handler accepts too); ``<tool_call>`` closes one as well. A call may also
+#: sit in doubled braces, ``{{"name": ...}}``, as Qwen2.5-Coder's own template writes its example.
+WRAPPERS = ("function_call", "tools", "response", "json", "JSON", "xml")
+_WS = r"[ \t\n]"
+_CLOSERS = tuple(f"</{w}>" for w in WRAPPERS + ("tool_call",)) + ("```", "}")
+#: how a call written in its own way lays out its arguments: any JSON layout a model writes (one line or
+#: indented), with whitespace bounded so that it cannot run away
+FREE_LAYOUT = {"whitespace_flexible": True, "whitespace_pattern": r"[ \t]{0,4}(?:\n[ \t]{0,20}){0,2}"}
+
+
+def _opening(names: Sequence[str], group: str = "?:") -> str:
+    """A regex of the opening of a call to one of ``names``: ``{"name": "<name>"``, any whitespace
+    around the key and the colon (``group``: how the names' group opens). Names are letters,
+    digits, '_' and '-': no escaping needed."""
+    return rf'\{{{_WS}*"name"{_WS}*:{_WS}*"({group}{"|".join(names)})"'
+
 
 def _call_schema(f: Function, defs: dict) -> dict:
     """``{"name": <const>, "arguments": <parameters>}``. The parameters'
@@ -233,7 +259,15 @@ def _rewrite_refs(value: Any, refs: dict[str, str]) -> Any:
 
 
 def tool_grammar(request: ToolRequest, tags: Tags) -> GrammarSpec | None:
-    """The Lark grammar a reply must follow (None for ``"none"``)."""
+    """The Lark grammar a reply must follow (None for ``"none"``).
+
+    The template's own form, ``<tool_call>`` + ``{"name": ..., "arguments": ...}`` on one line +
+    ``</tool_call>``, is the only one ``"required"`` and a named function allow. With ``"auto"``
+    a call may also be written the way small models often write it: ``{"name": "<tool>"`` with
+    any layout, bare, in a code fence or in a wrapper tag (:data:`WRAPPERS`). The text before a
+    call may contain neither the tag nor such an opening (so a call cannot hide in it); from the
+    opening on, the rest must be the call (then more calls where parallel calls are allowed) and
+    the closing tags and fences, nothing else."""
     if request.choice == "none":
         return None
     allowed, defs = request.allowed, {}
@@ -242,29 +276,36 @@ def tool_grammar(request: ToolRequest, tags: Tags) -> GrammarSpec | None:
     if defs:
         schema["$defs"] = defs
     schema["x-guidance"] = dict(JSON_LAYOUT)
-    calls = "call (\"\\n\" call)*" if request.parallel else "call"
-    if tags.open.startswith("<["):  # a token: text never spells it, the regex below keeps the text out
-        text = f"TEXT: /(?s:.*)/ & ~/(?s:.*{re.escape(OPEN)}.*)/"
-        auto = "start: TEXT? calls?"
-        opening = tags.open
-    else:
-        # Spelled out, the tag is the end of one lexeme with the text before it:
-        # free text (PLAIN) or text that ends at its first tag (LEAD).
-        text = (f"PLAIN: /(?s:.*)/ & ~/(?s:.*{re.escape(OPEN)}.*)/\n"
-                f"LEAD: /(?s:.*){re.escape(OPEN)}/ & ~/(?s:.*{re.escape(OPEN)}.+)/")
-        auto = "start: PLAIN | LEAD first_body (\"\\n\" call)*" if request.parallel else \
-            "start: PLAIN | LEAD first_body"
-        opening = tags.open
-    lines = [
-        auto if request.choice == "auto" else "start: calls",
-        f"calls: {calls}",
-        f"call: {opening} body",
-        f"body: \"\\n\" %json {json.dumps(schema)} \"\\n\" {tags.close}",
-        text,
-    ]
-    if not tags.open.startswith("<["):
-        lines.append("first_body: body")
-    return GrammarSpec("lark", "\n".join(lines), "tools")
+    more = ' ("\\n" call)*' if request.parallel else ""
+    lines = [f"calls: call{more}",
+             f"call: {tags.open} body",
+             f"body: \"\\n\" %json {json.dumps(schema)} \"\\n\" {tags.close}"]
+    if request.choice != "auto":
+        return GrammarSpec("lark", "\n".join(["start: calls"] + lines), "tools")
+    # "auto": every way a call opens ends a lexeme of free text (the text before the call is part of it)
+    triggers = f"(?:{re.escape(OPEN)}|{_opening([f.name for f in allowed])})"
+    lead = rf"/(?s:.*)%s/ & ~/(?s:.*{triggers}(?s:.+))/"
+    lines.append(rf"TEXT: /(?s:.*)/ & ~/(?s:.*{triggers}.*)/")
+    if tags.open.startswith("<["):  # a token: the text before it is a lexeme of its own
+        starts = ["TEXT? calls?"]
+    else:  # spelled out: the tag ends a lexeme of the text before it
+        starts = ["TEXT", f"TAGGED first_body{more}"]
+        lines += [f"TAGGED: {lead % re.escape(OPEN)}", "first_body: body"]
+    # a call in its own way: the opening, then the arguments, the object's end, more calls, closings
+    starts.append(f"first{' next*' if request.parallel else ''} END?")
+    lines += [f"first: {' | '.join(f'LEAD_{i} rest_{i}' for i in range(len(allowed)))}",
+              f"next: {' | '.join(f'NEXT_{i} rest_{i}' for i in range(len(allowed)))}",
+              rf'ARGS: /{_WS}*,{_WS}*"arguments"{_WS}*:{_WS}*/',
+              rf"OBJECT_END: /{_WS}*\}}/",
+              rf"END: /(?:{_WS}|```|\}}|<\/(?:{'|'.join(WRAPPERS)}|tool_call)>){{1,8}}/"]
+    for i, f in enumerate(allowed):
+        parameters = dict(f.parameters)
+        parameters["x-guidance"] = dict(FREE_LAYOUT)
+        lines += [f"LEAD_{i}: {lead % _opening([f.name])}",
+                  rf"NEXT_{i}: /(?:{_WS}|```(?:json|xml)?|\}}|\{{|<\/?(?:{'|'.join(WRAPPERS)}|tool_call)>)*"
+                  rf"{_opening([f.name])}/",
+                  f"rest_{i}: ARGS %json {json.dumps(parameters)} OBJECT_END"]
+    return GrammarSpec("lark", "\n".join([f"start: {' | '.join(starts)}"] + lines), "tools")
 
 
 # ------------------------------------------------------------------ the reply read back
@@ -295,68 +336,76 @@ class ToolCallDelta:
         return out
 
 
+_ARGUMENTS_KEY = regex.compile(rf'{_WS}*,{_WS}*"arguments"{_WS}*:')
+_OBJECT_END = regex.compile(rf"{_WS}*\}}")
+
+
 class ReplyReader:
     """Reads a reply's text as it comes: content, then tool calls.
 
-    :meth:`feed` takes text and yields content strings and
-    :class:`ToolCallDelta` s. Content that could be the start of the opening
-    tag is held back until it is not (so ``<tool`` never reaches the
-    content). A call's name is yielded once the name is complete, then its
-    arguments in pieces as they come. At the end, :meth:`finish` yields what
-    is still held back, and :attr:`unfinished` is the text of a call the
-    reply stopped in (max_tokens), which then counts as content."""
+    A call opens with the template's tag or, as the "auto" grammar allows,
+    with ``{"name": "<one of names>"`` bare, fenced or in a wrapper tag
+    (:func:`tool_grammar`). :meth:`feed` takes text and yields content
+    strings and :class:`ToolCallDelta` s. Text that could be the start of an
+    opening is held back until it is not (so ``<tool`` or a fence that may
+    open a call never reaches the content early). A call's name is yielded
+    once the opening is complete, then its arguments in pieces as they come;
+    the call is complete at the end of its object, and the closing tags and
+    fences after it are dropped. At the end, :meth:`finish` yields what is
+    still held back as content, a call the reply stopped in (max_tokens) from
+    its opening on, which is also :attr:`unfinished`."""
 
-    _HEAD = re.compile(r'^\s*\{"name": "([A-Za-z0-9_-]{1,64})", "arguments": ')
-
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str]) -> None:
+        opening = _opening(names, group="?P<name>")
+        wrapper = "|".join(WRAPPERS)
+        self._opening = regex.compile(rf"(?:{re.escape(OPEN)}{_WS}*|(?:```(?:json|xml)?[ \t]*\n{_WS}*)?"
+                                      rf"(?:<(?:{wrapper})>{_WS}*)?(?:\{{{_WS}*)?){opening}")
         self.content = ""
         self.calls: list[dict] = []  # complete calls, OpenAI's shape
         self.unfinished = ""
         self._pending = ""  # text fed and not yet read
-        self._call: str | None = None  # the text of the call being read, from its tag on
+        self._state = "text"  # text | key (before the arguments) | value | end (of the object) | closing
+        self._call = ""  # the text of the call being read, from its opening on
 
     def feed(self, text: str) -> Iterator[str | ToolCallDelta]:
         self._pending += text
         while self._pending:
-            if self._call is not None:
-                yield from self._read_call()
-                if self._call is not None:
-                    return
-                continue
-            at = self._pending.find(OPEN)
-            if at >= 0:
-                head, self._pending = self._pending[:at], self._pending[at + len(OPEN):]
-                yield from self._content(head)
-                self._call, self._name, self._arguments, self._tail = OPEN, None, "", ""
-                self._depth, self._in_string, self._escaped = 0, False, False
-                continue
-            keep = _partial_suffix(self._pending, OPEN)
-            cut = len(self._pending) - keep
-            head, self._pending = self._pending[:cut], self._pending[cut:]
-            yield from self._content(head)
+            before = (self._state, len(self._pending))
+            yield from getattr(self, f"_read_{self._state}")()
+            if (self._state, len(self._pending)) == before:
+                return  # waiting for more text
+
+    def _take(self, n: int) -> str:
+        head, self._pending = self._pending[:n], self._pending[n:]
+        if self._state != "text":
+            self._call += head
+        return head
+
+    def _read_text(self) -> Iterator[str | ToolCallDelta]:
+        m = self._opening.search(self._pending, partial=True)
+        if m is None or m.partial:  # content up to what may still open a call
+            yield from self._content(self._take(len(self._pending) if m is None else m.start()))
             return
+        yield from self._content(self._take(m.start()))
+        self._state, self._call = "key", ""
+        self._take(m.end() - m.start())
+        self._id, self._name, self._arguments = new_call_id(), m.group("name"), ""
+        self._depth, self._in_string, self._escaped = 0, False, False
+        yield ToolCallDelta(len(self.calls), self._id, self._name)
 
-    def _content(self, text: str) -> Iterator[str]:
-        if self.calls:
-            text = text.strip()  # between calls: the newlines the grammar puts there
-        if text:
-            self.content += text
-            yield text
+    def _read_key(self) -> Iterator[ToolCallDelta]:
+        m = _ARGUMENTS_KEY.match(self._pending, partial=True)
+        if m is not None and not m.partial:
+            self._take(m.end())
+            self._state = "value"
+        return iter(())
 
-    def _read_call(self) -> Iterator[ToolCallDelta]:
-        index = len(self.calls)
-        if self._name is None:
-            self._call += self._pending
-            head, self._pending = self._call[len(OPEN):], ""
-            m = self._HEAD.match(head)
-            if not m:
-                return
-            self._name, self._id = m.group(1), new_call_id()
-            yield ToolCallDelta(index, self._id, self._name)
-            self._call, self._pending = OPEN + head[: m.end()], head[m.end():]
+    def _read_value(self) -> Iterator[ToolCallDelta]:
+        if not self._arguments:
+            start = len(self._pending) - len(self._pending.lstrip(" \t\n"))
+            self._take(start)  # the whitespace before the value
         piece = ""
-        while self._pending and not (self._arguments + piece and self._depth == 0):
-            c, self._pending = self._pending[0], self._pending[1:]
+        for c in self._pending:
             piece += c
             if self._in_string:
                 if self._escaped:
@@ -371,35 +420,52 @@ class ReplyReader:
                 self._depth += 1
             elif c in "}]":
                 self._depth -= 1
+            if self._depth == 0:
+                self._state = "end"
+                break
         if piece:
-            self._arguments += piece
-            self._call += piece
-            yield ToolCallDelta(index, arguments=piece)
-        if self._arguments and self._depth == 0:
-            self._call += self._pending
-            self._tail += self._pending
-            self._pending = ""
-            at = self._tail.find(CLOSE)
-            if at < 0:
-                return
+            self._arguments += self._take(len(piece))
+            yield ToolCallDelta(len(self.calls), arguments=piece)
+
+    def _read_end(self) -> Iterator[str]:
+        m = _OBJECT_END.match(self._pending, partial=True)
+        if m is not None and not m.partial:
+            self._take(m.end())
             self.calls.append({"id": self._id, "type": "function",
                                "function": {"name": self._name, "arguments": self._arguments}})
-            self._pending, self._tail = self._tail[at + len(CLOSE):], ""
-            self._call = None
+            self._state, self._call = "closing", ""
+        return iter(())
+
+    def _read_closing(self) -> Iterator[str]:
+        rest = self._pending.lstrip(" \t\n")
+        opening = self._opening.match(rest, partial=True)  # the next call's fence is no closing one
+        closer = next((c for c in _CLOSERS if rest.startswith(c)), None)
+        if opening is not None and opening.end() > 0:
+            self._pending = rest
+            if not opening.partial:
+                self._state = "text"
+        elif closer is not None:
+            self._pending = rest[len(closer):]
+        elif rest and not any(c.startswith(rest) for c in _CLOSERS):
+            self._pending, self._state = rest, "text"
+        else:
+            self._pending = rest  # a closer maybe, or only whitespace so far
+        return iter(())
+
+    def _content(self, text: str) -> Iterator[str]:
+        if self.calls:
+            text = text.strip()  # after calls: nothing the grammar would put there but whitespace
+        if text:
+            self.content += text
+            yield text
 
     def finish(self) -> Iterator[str]:
-        """What is still held back, as content; a call the reply stopped in
-        becomes :attr:`unfinished` (and content, for a collected reply)."""
-        if self._call is not None:
-            self.unfinished, self._call = self._call + self._pending, None
-        elif self._pending:
+        """What is still held back, as content: a call the reply stopped in
+        (max_tokens) is content too, from its opening on, and :attr:`unfinished`."""
+        if self._state in ("key", "value", "end"):
+            self.unfinished = self._call + self._pending
+            self.content += self.unfinished
+            yield self.unfinished
+        elif self._state == "text":
             yield from self._content(self._pending)
-        self._pending = ""
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """The length of the longest end of ``text`` that starts ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
+        self._pending, self._state = "", "text"

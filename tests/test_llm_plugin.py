@@ -287,8 +287,7 @@ def test_schema_constrains_the_reply_and_is_logged(tiny):
 
 def test_tools_run_the_loop_and_land_in_the_logs(user_dir, coder_paths):
     """llm -T llm_version on the real coder pair: the model calls the tool
-    (``tool_choice required``: this 1.5B model writes calls as a ```json
-    block when left free), llm runs it and sends the result back, and both
+    (``tool_choice required``: in the template's own form), llm runs it and sends the result back, and both
     the calls and the results are logged, tied by their ids."""
     llm_cli("specllama", "add", "coder", *coder_paths)
     out = llm_cli("-m", "specllama-coder", "-T", "llm_version", "What version of llm is installed?", "--td",
@@ -300,3 +299,27 @@ def test_tools_run_the_loop_and_land_in_the_logs(user_dir, coder_paths):
     assert [r["output"] for r in second["tool_results"]] == [version] * len(first["tool_calls"])
     assert [r["tool_call_id"] for r in second["tool_results"]] == [c["tool_call_id"] for c in first["tool_calls"]]
     assert "Tool call: llm_version({})" in out and version in out
+
+
+WEATHER_FUNCTION = '''
+def get_weather(city: str, unit: str) -> str:
+    "The current weather in a city"
+    return '{"temperature": 21, "sky": "clear"}'
+'''
+
+
+def test_a_call_written_in_the_models_own_way_runs_the_chain(user_dir, coder_paths):
+    """llm --functions get_weather on the coder pair, tool_choice left to
+    "auto": the 1.5B model writes its call as a ```json block, which comes
+    back as the call; llm runs it and sends the result, and the answer uses it
+    (the system prompt an agent gives: answer once a result is in)."""
+    llm_cli("specllama", "add", "coder", *coder_paths)
+    out = llm_cli("-m", "specllama-coder", "--functions", WEATHER_FUNCTION, "What is the weather in Paris in celsius?",
+                  "--td", "-s", "You are a helpful assistant. Call a tool when you need data; once a tool's result "
+                  "is in, answer the user in words.", "-o", "temperature", "0", "-o", "max_tokens", "120")
+    first, second = last_logged(2)
+    assert [(c["name"], c["arguments"]) for c in first["tool_calls"]] == [
+        ("get_weather", {"city": "Paris", "unit": "celsius"})]
+    assert [r["output"] for r in second["tool_results"]] == ['{"temperature": 21, "sky": "clear"}']
+    assert second["tool_calls"] == [] and "21" in second["response"]
+    assert "Tool call: get_weather(" in out and second["response"] in out

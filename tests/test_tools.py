@@ -14,9 +14,12 @@ import openai
 import pytest
 
 from specllama import SpeculativeLlama
+from specllama import engine as engine_module
+from specllama.constraint import LLGuidanceConstraint
+from specllama.processors import Processor, logit_bias
 from specllama.sampling import SamplingParams
 from specllama.selfcheck import run_verify
-from specllama.tools import ReplyReader, ToolRequest, check_tools, tags_for, tool_grammar
+from specllama.tools import WRAPPERS, ReplyReader, ToolRequest, check_tools, tags_for, tool_grammar
 
 from .conftest import open_tiny_engine
 from .server_helpers import ServerProcess
@@ -43,7 +46,7 @@ def _schema(tool: dict) -> dict:
 def test_the_reader_gets_content_and_calls_whatever_the_pieces():
     text = "Let me look.\n" + CALL + "\n" + CALL.replace("Pa\\\"ris}", "Tokyo")
     for seed in range(300):
-        rng, reader, out, i = random.Random(seed), ReplyReader(), [], 0
+        rng, reader, out, i = random.Random(seed), ReplyReader(["get_weather"]), [], 0
         while i < len(text):
             n = rng.randint(1, 9)
             out += list(reader.feed(text[i:i + n]))
@@ -58,13 +61,74 @@ def test_the_reader_gets_content_and_calls_whatever_the_pieces():
             assert "".join(p.arguments for p in pieces) == call["function"]["arguments"]
 
 
+ARGS = '{"city": "Paris", "unit": "celsius"}'
+#: every way a call may be written under "auto": the template's tag, and the ways small models write one
+FORMS = {
+    "tag": '<tool_call>\n{"name": "get_weather", "arguments": ' + ARGS + '}\n</tool_call>',
+    "bare": '{"name": "get_weather", "arguments": ' + ARGS + '}',
+    "fence": '```\n{"name": "get_weather", "arguments": ' + ARGS + '}\n```',
+    "json fence": ('```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris",\n'
+                   '    "unit": "celsius"\n  }\n}\n```'),
+    **{f"<{w}>": f'<{w}>\n{{"name" : "get_weather",\n"arguments":{ARGS}}}\n</{w}>' for w in WRAPPERS},
+    "fenced <tools>": '```json\n<tools>\n{"name": "get_weather", "arguments": ' + ARGS + '}\n</tools>\n```',
+    "doubled braces": '{{"name": "get_weather", "arguments": ' + ARGS + '}}',  # Qwen2.5-Coder's template's example
+}
+
+
+def _read(text: str, seed: int, names=("get_weather", "switch")) -> tuple[ReplyReader, list]:
+    """``text`` fed to a reader in random pieces of 1-9 characters."""
+    rng, reader, out, i = random.Random(seed), ReplyReader(list(names)), [], 0
+    while i < len(text):
+        n = rng.randint(1, 9)
+        out += list(reader.feed(text[i:i + n]))
+        i += n
+    return reader, out + list(reader.finish())
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_form_reads_back_as_calls_whatever_the_pieces(form):
+    """Content before the call, then two calls: the text before is content
+    (the fence or wrapper that opens a call is not), each call's name comes
+    first with its id and its arguments are the JSON the model wrote."""
+    text = "Let me look.\n" + FORMS[form] + "\n" + FORMS[form].replace("Paris", "Tokyo")
+    for seed in range(40):
+        reader, out = _read(text, seed)
+        assert reader.content == "".join(p for p in out if isinstance(p, str)) == "Let me look.\n", (form, seed)
+        assert [json.loads(c["function"]["arguments"]) for c in reader.calls] == [
+            {"city": "Paris", "unit": "celsius"}, {"city": "Tokyo", "unit": "celsius"}]
+        assert [c["function"]["name"] for c in reader.calls] == ["get_weather"] * 2
+        for index, call in enumerate(reader.calls):
+            pieces = [p for p in out if not isinstance(p, str) and p.index == index]
+            assert pieces[0].name == "get_weather" and pieces[0].id == call["id"]
+            assert "".join(p.arguments for p in pieces) == call["function"]["arguments"]
+
+
+@pytest.mark.parametrize("text", [
+    "Use the get_weather tool for that.",  # a mention
+    '```json\n{"name": "Paris", "country": "France"}\n```',  # a fenced block that names no tool
+    '```python\nprint({"name": "get_weathers"})\n```',  # a longer name
+    "<tools> and <tool> and ``` and {\"name\"",
+])
+def test_text_that_is_no_call_stays_text(text):
+    for seed in range(20):
+        reader, out = _read(text, seed)
+        assert reader.calls == [] and reader.content == "".join(out) == text
+
+
+def test_a_call_cut_short_is_text():
+    text = "Sure.\n" + FORMS["json fence"][:60]
+    reader, out = _read(text, 0)
+    assert reader.calls == [] and reader.content == "".join(p for p in out if isinstance(p, str)) == text
+    assert reader.unfinished == FORMS["json fence"][:60]  # (its name was read: a stream holds it back)
+
+
 def test_a_partial_tag_is_held_back_and_a_cut_call_is_text():
-    reader = ReplyReader()
+    reader = ReplyReader(["get_weather"])
     assert list(reader.feed("Hi <tool")) == ["Hi "]  # "<tool" may start a call: held back
     assert list(reader.feed("box>")) == ["<toolbox>"]
-    reader = ReplyReader()
-    assert list(reader.feed(CALL[:30])) == [] and list(reader.finish()) == []  # the name is not complete yet
-    assert reader.calls == [] and reader.unfinished == CALL[:30]
+    reader = ReplyReader(["get_weather"])
+    assert list(reader.feed(CALL[:30])) == [] and list(reader.finish()) == [CALL[:30]]  # the name is cut
+    assert reader.calls == [] and reader.content == CALL[:30]
 
 
 # -- the request checked ---------------------------------------------------------------------------------
@@ -107,6 +171,32 @@ def test_the_grammar_with_token_tags_on_the_coder_vocabulary(coder_paths):
                         '<tool_call>\n{"name": "switch", "arguments": {"on": true}}\n</tool_call>') == (True, True)
         wrong_args = '<tool_call>\n{"name": "get_weather", "arguments": {"city": 5, "unit": "celsius"}}\n</tool_call>'
         assert consumed(auto, wrong_args)[0] is False
+
+
+@pytest.mark.parametrize("vocabulary", ["coder", "tiny"])
+def test_every_form_under_the_auto_grammar(vocabulary, coder_paths, tiny_pair):
+    """The coder vocabulary has the tags as tokens, the tiny one spells them:
+    under "auto", each form is a call (two where parallel calls are allowed),
+    its arguments follow the schema, and nothing but closings may follow;
+    a mention or a block that calls no tool is text."""
+    from specllama.backend import LlamaModel
+
+    with LlamaModel(coder_paths[1] if vocabulary == "coder" else tiny_pair[0], n_ctx=64) as model:
+        tags, tok = tags_for(model.special_token), model.grammar_tokenizer()
+
+        def consumed(request, text):
+            return _consume(_matcher(tok, request, tags), model.tokenize(text, add_bos=False))
+
+        auto, single = check_tools(tools=[WEATHER, SWITCH]), check_tools(tools=[WEATHER], parallel_tool_calls=False)
+        for form, text in FORMS.items():
+            assert consumed(auto, "Let me look.\n" + text) == (True, True), form
+            assert consumed(auto, text + "\n" + text) == (True, True), form
+            assert consumed(single, text + "\n" + text)[0] is False, form  # one call only
+            assert consumed(auto, text + "\nThat is all.")[0] is False, form  # nothing after the calls
+            if form != "tag":
+                assert consumed(auto, text.replace('"Paris"', "5"))[0] is False, form  # held to the schema
+        for text in ("Use the get_weather tool.", '```json\n{"name": "Paris", "country": "France"}\n```\nok'):
+            assert consumed(auto, text) == (True, True)
 
 
 def _consume(matcher, tokens) -> tuple[bool, bool]:
@@ -154,22 +244,74 @@ def test_schemas_with_definitions_and_non_object_parameters(tiny_pair):
 # -- the law under speculation, end to end on the tiny pair -----------------------------------------------
 
 
-def test_speculation_keeps_the_law_under_the_auto_tool_grammar(tiny_pair):
-    """The first two tokens' law (chi-square at alpha 0.001, as ``specllama
-    verify`` runs it) under the "auto" tool grammar with spelled-out tags: the
-    free text may not contain the opening tag, so the masks differ from no
-    grammar at all where a token would spell it. The first token's check
-    detects w >= 0.28 with power 0.99 (600 samples); that a planted bias fails
-    this check is tests/test_verify.py::test_a_planted_bias_fails."""
+#: a call written in its own way, cut one character before its opening is complete: the grammar has
+#: consumed it and the next token may complete the opening (then only the call may follow)
+FENCED_OPENING = '```json\n{"name": "switch'
+
+
+def _quote_bias(engine) -> Processor:
+    """+9 on the token '"', so that the first token most likely completes the fenced opening."""
+    (quote,) = [t for t in range(engine.target.n_vocab) if engine.target.token_bytes(t) == b'"']
+    return logit_bias({quote: 9.0})
+
+
+def _verify_auto_tools(tiny_pair, trigger: str):
+    """``specllama verify``'s check of the first two tokens' law (chi-square
+    at alpha 0.001, 600 samples, k = 3) under the "auto" tool grammar with
+    spelled-out tags. ``trigger`` "tag": the prompt ends with "<tool_cal" (the
+    free text may not spell the tag, so masks differ from no grammar where a
+    token would spell it). "fence": the grammar has consumed a fenced call's
+    opening but for its last '"', which the first token most likely writes, so
+    that the row after it (the second token's) belongs to the call."""
     engine = open_tiny_engine(tiny_pair)
     try:
         spec = tool_grammar(check_tools(tools=[SWITCH]), tags_for(engine.target.special_token))
-        result = run_verify(engine, params=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5),
-                            prompt="once upon a time <tool_cal", n_samples=600, draft_max=3, grammar=spec)
+        params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5)
+        if trigger == "tag":
+            return run_verify(engine, params=params, prompt="once upon a time <tool_cal", n_samples=600,
+                              draft_max=3, grammar=spec)
+        consumed = engine.target.tokenize(FENCED_OPENING, add_bos=False)
+        return run_verify(engine, params=params, prompt=engine.target.tokenize("once upon a time") + consumed,
+                          n_samples=600, draft_max=3, grammar=spec, grammar_consumed=consumed,
+                          processor=_quote_bias(engine))
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("trigger, w_first", [("tag", 0.28), ("fence", 0.30)])
+def test_speculation_keeps_the_law_under_the_auto_tool_grammar(tiny_pair, trigger, w_first):
+    """The first two tokens' law under "auto" (see :func:`_verify_auto_tools`).
+    The first token's check detects w >= ``w_first`` with power 0.99; where the
+    first token completes the fenced opening, the second token's check is over
+    the call's few legal tokens (',' and whitespace: 241 samples) and detects
+    w >= 0.40 with power 0.99. That a planted bias fails this check is
+    tests/test_verify.py::test_a_planted_bias_fails; a planted bug of the
+    trigger's own fails it in the next test."""
+    result = _verify_auto_tools(tiny_pair, trigger)
     assert result.passed, result
-    assert result.checks[0].kind == "chi-square" and result.checks[0].detectable_w < 0.28
+    assert result.checks[0].kind == "chi-square" and result.checks[0].detectable_w < w_first
+    if trigger == "fence":
+        second = result.checks[1]
+        assert second.context == "the prompt + '\"'"  # the first token most likely completes the opening ...
+        assert second.kind == "chi-square" and second.detectable_w < 0.40
+        # ... and after it only the call may follow: ',' or whitespace, nothing of free text
+        assert {r.text for r in second.rows if r.expected_prob > 0} <= {repr(c) for c in ", \n\t"}
+
+
+def test_a_trigger_seen_only_in_emitted_text_fails_the_check(tiny_pair, monkeypatch):
+    """The same check, same seed and samples, fails an engine with a planted
+    bug: the trigger found in the emitted text only, as a lazy grammar that
+    wakes on what was generated finds it. Every row of a pass gets the mask of
+    the emitted state, so a drafted opening stays free text and the rows after
+    it are not held to the call. (Emitted tokens the grammar refuses are
+    committed up to its legal prefix, so that the runs go on.)"""
+    rows_mask, commit = engine_module._ConstrainedRows.mask, LLGuidanceConstraint.commit
+    monkeypatch.setattr(engine_module._ConstrainedRows, "mask", lambda self, path: rows_mask(self, ()))
+    monkeypatch.setattr(LLGuidanceConstraint, "commit",
+                        lambda self, tokens: commit(self, list(tokens)[: self.legal_prefix(tokens)]))
+    result = _verify_auto_tools(tiny_pair, "fence")
+    assert result.checks[0].passed and result.checks[1].passed is False
+    assert result.checks[1].test.off_support > 0  # tokens of free text where only the call may follow
 
 
 def _without_ids(response: dict) -> dict:
@@ -240,6 +382,41 @@ def test_an_agent_loop_on_the_coder_pair(coder_client):
     assert "21" in answer.choices[0].message.content
 
 
+AGENT = ("You are a helpful assistant. Call a tool when you need data; once a tool's result is in, answer the "
+         "user in words.")
+
+
+def test_the_coder_pair_calls_in_its_own_way_under_auto(coder_client):
+    """The request of issue 46: under "auto" this 1.5B model writes its call
+    as a ```json block, not in <tool_call> tags; it comes back as the call,
+    streamed and not, and the agent loop (the result sent back) ends in an
+    answer that uses it."""
+    question = [{"role": "user", "content": "What is the weather in Paris in celsius?"}]
+    whole = _ask(coder_client, question)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    assert json.loads(call.function.arguments) == {"city": "Paris", "unit": "celsius"}
+    names, arguments, finish = [], "", None
+    for chunk in _ask(coder_client, question, stream=True):
+        for piece in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
+            names += [piece.function.name] if piece.function.name else []
+            arguments += piece.function.arguments or ""
+        assert not (chunk.choices and chunk.choices[0].delta.content)
+        finish = chunk.choices[0].finish_reason if chunk.choices else finish
+    assert (names, arguments, finish) == (["get_weather"], call.function.arguments, "tool_calls")
+    messages = [{"role": "system", "content": AGENT}] + question
+    first = _ask(coder_client, messages).choices[0]
+    assert first.finish_reason == "tool_calls"
+    messages += [first.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": first.message.tool_calls[0].id,
+                  "content": json.dumps({"temperature": 21, "sky": "clear"})}]
+    answer = _ask(coder_client, messages).choices[0]  # "auto" again: the model may call again, it answers
+    assert answer.finish_reason == "stop" and not answer.message.tool_calls
+    assert "21" in answer.message.content and "Paris" in answer.message.content
+
+
 def test_coder_pair_streamed_calls_equal_the_collected_ones_and_target_only(coder_client):
     messages = [{"role": "user", "content": "Weather in Paris and in Tokyo, in celsius?"}]
     whole = _ask(coder_client, messages, tool_choice="required", max_tokens=60)
@@ -261,6 +438,85 @@ def test_coder_pair_streamed_calls_equal_the_collected_ones_and_target_only(code
     for c in calls:
         jsonschema.validate(json.loads(c.function.arguments), _schema(WEATHER))
     assert [json.loads(c.function.arguments)["city"] for c in calls[:2]] == ["Paris", "Tokyo"]
+
+
+class Script:
+    """A logits processor that makes the model write ``text`` and then end:
+    the text's next token gets +100 (a pure function of the tokens so far, as
+    processors must be; the draft gets it too, so it drafts the text)."""
+
+    def __init__(self, llm, messages: list, text: str, **kw) -> None:
+        self.n_prompt = llm.create_chat_completion(messages, **{**kw, "max_tokens": 1})["usage"]["prompt_tokens"]
+        self.tokens = llm.tokenize(text, add_bos=False, special=False)
+        self.text = llm.detokenize(self.tokens).decode()  # the text as the model writes it
+        (self.eos,) = llm.tokenize("</s>", add_bos=False)
+
+    def __call__(self, input_ids, scores):
+        i = len(input_ids) - self.n_prompt
+        scores[self.tokens[i] if i < len(self.tokens) else self.eos] += 100.0
+        return scores
+
+
+def _written(llm, text: str, *, stream: bool = False, **kw) -> tuple[dict, Script]:
+    """The tiny pair's reply, under "auto" with both tools, when the model writes ``text``
+    (collected from the stream's chunks with ``stream``)."""
+    messages = [{"role": "user", "content": "once upon a time"}]
+    kw = {"tools": [WEATHER, SWITCH], **kw}
+    script = Script(llm, messages, text, **kw)
+    call = dict(messages=messages, temperature=0, logits_processor=[script], **{"max_tokens": 300, **kw})
+    if not stream:
+        return llm.create_chat_completion(**call), script
+    chunks = list(llm.create_chat_completion(stream=True, **call))
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    calls: dict[int, dict] = {}
+    for c in chunks:
+        for piece in c["choices"][0]["delta"].get("tool_calls", ()):
+            entry = calls.setdefault(piece["index"], {"id": piece.get("id"), "type": "function",
+                                                      "function": {"name": piece["function"].get("name"),
+                                                                   "arguments": ""}})
+            entry["function"]["arguments"] += piece["function"]["arguments"]
+    message = {"role": "assistant", "content": content if content.strip() else None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"choices": [{"message": message, "finish_reason": chunks[-1]["choices"][0]["finish_reason"]}]}, script
+
+
+def _calls(response: dict) -> list[tuple[str, dict]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in response["choices"][0]["message"].get("tool_calls", ())]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
+@pytest.mark.parametrize("form", list(FORMS))
+def test_each_form_is_a_call_end_to_end_on_the_tiny_pair(tiny_llm, form, stream):
+    """The tiny pair made to write each form (a scripted logits processor)
+    under "auto": the reply is the call, the text before it content."""
+    response, script = _written(tiny_llm, "Let me look.\n" + FORMS[form], stream=stream)
+    choice = response["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert _calls(response) == [("get_weather", {"city": "Paris", "unit": "celsius"})]
+    assert choice["message"]["content"] == script.text[: script.text.index("Let me look.\n") + 13]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
+def test_two_calls_a_block_of_no_tool_and_a_cut_call_on_the_tiny_pair(tiny_llm, stream):
+    two = FORMS["json fence"] + "\n" + FORMS["<tools>"].replace(
+        '"get_weather",\n"arguments":' + ARGS, '"switch",\n"arguments":{"on": true}')
+    response, _ = _written(tiny_llm, two, stream=stream)
+    assert response["choices"][0]["finish_reason"] == "tool_calls" and response["choices"][0]["message"][
+        "content"] is None
+    assert _calls(response) == [("get_weather", {"city": "Paris", "unit": "celsius"}), ("switch", {"on": True})]
+    # one call only where parallel calls are not allowed: the grammar ends the reply after the first
+    response, _ = _written(tiny_llm, two, stream=stream, parallel_tool_calls=False)
+    assert _calls(response) == [("get_weather", {"city": "Paris", "unit": "celsius"})]
+    # a fenced block that names no tool is text
+    response, script = _written(tiny_llm, 'See:\n```json\n{"name": "Paris"}\n```', stream=stream)
+    assert response["choices"][0]["finish_reason"] == "stop" and _calls(response) == []
+    assert response["choices"][0]["message"]["content"] == script.text
+    # a call cut by max_tokens: "length", the text so far as content, no call
+    response, script = _written(tiny_llm, "Sure.\n" + FORMS["json fence"], stream=stream, max_tokens=40)
+    assert response["choices"][0]["finish_reason"] == "length" and _calls(response) == []
+    assert response["choices"][0]["message"]["content"] == tiny_llm.detokenize(script.tokens[:40]).decode()
 
 
 def test_tool_choice_none_length_and_refusals_on_the_api(tiny_llm):

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import SpecLlamaError
 from ..prefix import common_prefix_len
 from ..vocab import VocabInfo
-from . import rpc
+from . import cpu, rpc
 from .files import check_gguf_file
 from .log import quiet_stderr
 
@@ -54,6 +54,14 @@ def supports_gpu_offload() -> bool:
 def default_threads() -> int:
     """All cores (llama-cpp-python's own default is half of them)."""
     return os.cpu_count() or 1
+
+
+def _quantized(llama: "llama_cpp.Llama") -> bool:
+    """Whether the model's weights are mostly quantized (its ``general.file_type``: not F32, F16 or BF16)."""
+    buf = ctypes.create_string_buffer(16)
+    n = llama_cpp.llama_model_meta_val_str(llama.model, b"general.file_type", buf, len(buf))
+    return n <= 0 or int(buf.value or b"-1") not in (llama_cpp.LLAMA_FTYPE_ALL_F32, llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
+                                                       llama_cpp.LLAMA_FTYPE_MOSTLY_BF16)
 
 
 class LlamaModel:
@@ -115,10 +123,10 @@ class LlamaModel:
                 shares = f"{len(tensor_split)} share{'' if len(tensor_split) == 1 else 's'}"
                 raise SpecLlamaError(f"tensor split gives {shares}, but {self.path!r} has "
                                      f"{n_devices} device{'' if n_devices == 1 else 's'} to split over{on}")
-        try:
+        def load() -> "llama_cpp.Llama":
             with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None) as devices_array:
                 self._devices_array = devices_array  # the loaded model's params point into it
-                self.llama = llama_cpp.Llama(
+                return llama_cpp.Llama(
                     model_path=self.path,
                     n_ctx=n_ctx,
                     n_batch=min(n_batch, n_ctx),
@@ -134,6 +142,12 @@ class LlamaModel:
                     tensor_split=list(tensor_split) if tensor_split is not None else None,
                     verbose=verbose,
                 )
+
+        try:
+            self.llama = load()
+            if cpu.amx_refused(self.path, _quantized(self.llama)) and rpc.load_without_extra_buffers():
+                self.llama.close()  # loaded with AMX buffers, which this machine refuses: again without
+                self.llama = load()
         except (ValueError, RuntimeError, MemoryError) as e:
             hint = ""
             if "context" in str(e).lower() or isinstance(e, MemoryError):

@@ -280,6 +280,7 @@ def offload_devices(endpoints: Sequence[str]) -> tuple[list[int], list[str]] | N
 
 _chosen = threading.local()  # .devices: the device array of the model this thread is loading
 _local_only = None  # once a server is registered: the default for every other model load
+_no_extra_buffers = False  # every model loads without llama.cpp's extra CPU buffer types (backend/cpu.py)
 _original_default_params = None
 
 
@@ -287,13 +288,37 @@ def _default_params():
     """llama_model_default_params, with ``devices`` set once RPC servers are
     registered: the loading model's own list, else the local devices only, so
     that no model (a plain ``llama_cpp.Llama`` included) lands on a server it
-    did not name, nor touches a server that has gone since."""
+    did not name, nor touches a server that has gone since. Where the CPU's
+    AMX is refused (:mod:`.cpu`), without the extra CPU buffer types."""
     params = _original_default_params()  # type: ignore[misc]
     array = getattr(_chosen, "devices", None)
     array = array if array is not None else _local_only
     if array is not None:
         params.devices = ctypes.cast(array, ctypes.c_void_p)
+    if _no_extra_buffers:
+        params.use_extra_bufts = False
     return params
+
+
+def _install_default_params() -> None:
+    """``llama_model_default_params`` (what ``llama_cpp.Llama`` calls) becomes :func:`_default_params`."""
+    global _original_default_params
+    if _original_default_params is None:
+        module = llama_cpp.llama_cpp
+        _original_default_params = module.llama_model_default_params
+        module.llama_model_default_params = _default_params
+        if getattr(llama_cpp, "llama_model_default_params", None) is _original_default_params:
+            llama_cpp.llama_model_default_params = _default_params  # the package's re-export too
+
+
+def load_without_extra_buffers() -> bool:
+    """Every model this process loads from now on skips llama.cpp's extra CPU
+    buffer types (AMX, repacked weights): where AMX is refused (:mod:`.cpu`).
+    Returns whether this changed the setting (the first call)."""
+    global _no_extra_buffers
+    changed, _no_extra_buffers = not _no_extra_buffers, True
+    _install_default_params()
+    return changed
 
 
 def _devices_array(devices: Sequence[int]):
@@ -303,14 +328,10 @@ def _devices_array(devices: Sequence[int]):
 def _make_local_the_default() -> None:
     """From the first registration on, every model load gets an explicit device
     list (``llama_model_params.devices``, which llama-cpp-python does not expose)."""
-    global _local_only, _original_default_params
-    if _original_default_params is None:
+    global _local_only
+    if _local_only is None:
         _local_only = _devices_array(local_offload_devices())
-        module = llama_cpp.llama_cpp
-        _original_default_params = module.llama_model_default_params
-        module.llama_model_default_params = _default_params  # what llama_cpp.Llama calls
-        if getattr(llama_cpp, "llama_model_default_params", None) is _original_default_params:
-            llama_cpp.llama_model_default_params = _default_params  # the package's re-export too
+    _install_default_params()
 
 
 @contextlib.contextmanager
