@@ -33,48 +33,51 @@ from robustness import PROMPTS  # noqa: E402
 
 
 def traced_generate(argv: list[str]) -> dict:
-    """One generation in this process, the policy's calls recorded."""
-    from specllama import adaptive
+    """One generation in this process, the policy's calls recorded (what the engine tells
+    :class:`specllama.policy.DraftPolicy` and what it answers)."""
+    import dataclasses
+
     from specllama.cli import main
+    from specllama.policy import AdaptivePolicy
 
     record: list[dict] = []
-    policy = adaptive.DraftLengthPolicy
-    choose, observe, observe_probe = policy._choose, policy.observe, policy.observe_probe
+    policy = AdaptivePolicy
+    choose, observe, catch_up = policy.choose, policy.observe, policy.observe_catch_up
     warm_up, agreement = policy.observe_warm_up, policy.observe_agreement
 
     def ms(seconds):
         return None if seconds is None else round(1000 * seconds, 2)
 
-    def traced_choose(self, cap, minimum=0):
-        k = choose(self, cap, minimum)
-        if self.draft_seconds is not None and self.verify_passes and cap > 0:
-            record.append({"pass": self.passes, "cap": cap, "k": k, "gave_up": self.gave_up,
-                           "acceptance": [round(a, 3) for a in self.acceptances(cap)],
-                           "draft_ms": ms(self.draft_seconds), "first_step_ms": ms(self.first_step_seconds),
+    def traced_choose(self, cap, *, minimum=0):
+        plan = choose(self, cap, minimum=minimum)
+        if cap > 0:
+            record.append({"cap": cap, "k": plan.k, "pad": plan.pad, "cannot_pay": round(self.cannot_pay(cap), 3),
+                           "acceptance": [round(a, 3) for a in self.acceptance.means(cap)],
                            "verify_1_ms": ms(self.verify_cost(1)), "verify_9_ms": ms(self.verify_cost(9)),
                            "tokens_per_second_by_k": [round(self.rate(j), 1) for j in range(cap + 1)]})
-        return k
+        return plan
 
-    def traced_observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None):
-        record.append({"drafted": n_drafted, "kept": n_accepted, "draft_ms": ms(draft_seconds),
-                       "verify_ms": ms(verify_seconds), "first_step_ms": ms(first_step)})
-        return observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step)
+    def traced_observe(self, r):
+        record.append({"drafted": r.n_drafted, "kept": r.n_accepted, "rows": r.rows, "draft_ms": ms(r.draft_seconds),
+                       "first_step_ms": ms(r.first_step), "verify_ms": ms(r.verify_seconds),
+                       "probe_step_ms": ms(r.probe_step), "lookup": r.lookup})
+        return observe(self, r)
 
-    def traced_probe(self, rows, verify_seconds, draft_step_seconds):
-        record.append({"probe_rows": rows, "verify_ms": ms(verify_seconds), "draft_ms": ms(draft_step_seconds),
-                       "rechecking": self._rechecking})
-        return observe_probe(self, rows, verify_seconds, draft_step_seconds)
+    def traced_catch_up(self, seconds, n_tokens):
+        record.append({"catch_up_ms": ms(seconds), "tokens": n_tokens})
+        return catch_up(self, seconds, n_tokens)
 
-    def traced_warm_up(self, steps, verify):
-        record.append({"warm_up": {"draft_step_ms": [ms(t) for t in steps],
-                                   "verify_ms": {str(r): [ms(t) for t in ts] for r, ts in verify.items()}}})
-        return warm_up(self, steps, verify)
+    def traced_warm_up(self, warm):
+        record.append({"warm_up": {k: ([ms(t) for t in v] if isinstance(v, list) else
+                                       {str(r): [ms(t) for t in ts] for r, ts in v.items()})
+                                   for k, v in dataclasses.asdict(warm).items()}})
+        return warm_up(self, warm)
 
     def traced_agreement(self, agreed, n):
         record.append({"agreement": [agreed, n]})
         return agreement(self, agreed, n)
 
-    policy._choose, policy.observe, policy.observe_probe = traced_choose, traced_observe, traced_probe
+    policy.choose, policy.observe, policy.observe_catch_up = traced_choose, traced_observe, traced_catch_up
     policy.observe_warm_up, policy.observe_agreement = traced_warm_up, traced_agreement
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     try:
@@ -88,13 +91,13 @@ def traced_generate(argv: list[str]) -> dict:
 
 
 def summary(run: dict) -> str:
-    passes = [e for e in run["trace"] if "pass" in e]
-    gave_up = next((e["pass"] for e in passes if e["gave_up"]), None)
+    choices = [e for e in run["trace"] if "k" in e]
+    first_zero = next((i + 1 for i, e in enumerate(choices) if e["k"] == 0 and i > 0 and choices[i - 1]["k"]), None)
     agreement = next((e["agreement"] for e in run["trace"] if "agreement" in e), None)
     return (f"{run['tokens_per_second']:.1f} tok/s, {run['n_target_passes']} passes, {run['n_drafted']} drafted, "
             f"{run['n_accepted']} kept; warm-up agreement {agreement[0] if agreement else '-'}/"
-            f"{agreement[1] if agreement else '-'}; " + (f"gave drafting up at pass {gave_up}" if gave_up else
-                                                           "never gave drafting up"))
+            f"{agreement[1] if agreement else '-'}; " + (f"first went target-only after drafting at pass {first_zero}"
+                                                           if first_zero else "never went target-only after drafting"))
 
 
 def main() -> None:

@@ -161,7 +161,7 @@ class BenchResult:
     repeat: int
     prompts: list[str]
     peak_rss_mb: float
-    verdict: str = ""  # the measured costs' verdict in words (adaptive.cost_verdict)
+    verdict: str = ""  # the measured costs' verdict in words (the policy's costs_in_words)
 
     def best(self) -> BenchRow:
         return max(self.rows, key=lambda r: r.speedup)
@@ -348,7 +348,7 @@ def run_bench(
             rows.append(auto)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
-    verdict = engine.policy.verdict(cap) if hasattr(engine.policy, "verdict") else ""
+    verdict = engine.policy.costs_in_words(cap)
     return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb, verdict)
 
 

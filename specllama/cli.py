@@ -98,7 +98,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
         if as_json:
             out = {"text": "".join(pieces), "tokens": tokens, "origins": origins, "finish_reason": finish}
             out.update(stats.as_dict() if stats else {})
-            if o["draft_max"] > 0 and hasattr(engine.policy, "describe"):
+            if o["draft_max"] > 0:
                 out["policy"] = engine.policy.describe(o["draft_max"])  # what the draft lengths rested on
             click.echo(json.dumps(out))
         else:

@@ -8,7 +8,7 @@ The engine verifies whatever it proposes with the same exact rule.
 from __future__ import annotations
 
 import time
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -39,9 +39,10 @@ class ModelDrafter:
     two tokens after a pass that kept all its drafts: the draft-length policy
     counts it apart)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, clock: Callable[[], float] = time.perf_counter) -> None:
         self.model = model
         self.n_ctx = model.n_ctx
+        self.clock = clock
         self.first_step_seconds: float | None = None
 
     def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None:
@@ -55,7 +56,7 @@ class ModelDrafter:
         # tokens the cache lacks (a draft that fell behind: the engine catches it up and times that
         # before proposing) are evaluated with the first step
         self.first_step_seconds = None
-        t0 = time.perf_counter()
+        t0 = self.clock()
         for _ in range(k):
             have = len(draft.tokens)
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
@@ -68,7 +69,7 @@ class ModelDrafter:
             tokens.append(x)
             dists.append(q)
             if self.first_step_seconds is None:
-                self.first_step_seconds = time.perf_counter() - t0
+                self.first_step_seconds = self.clock() - t0
             if draft.is_eog(x):
                 break  # nothing is drafted past an end of generation
         return tokens, dists

@@ -12,21 +12,27 @@ list of its cache, evaluates a batch and rewinds will do.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-import statistics
 import time
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from .adaptive import DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, DraftLengthPolicy
 from .constraint import Constraint, masked
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
 from .errors import SpecLlamaError
 from .lookup_mix import LookupMix
+from .policy import (
+    DEFAULT_DRAFT_MAX,
+    WARM_UP_TIMINGS,
+    AdaptivePolicy,
+    DraftPolicy,
+    FixedPolicy,
+    PassRecord,
+    WarmUp,
+    warm_up_rows,
+)
 from .prefix import common_prefix_len, keep_reusable, sync_prefix
 from .processors import Processor, processed
 from .sampling import (
@@ -120,10 +126,13 @@ class SpeculativeEngine:
             itself), a :class:`~specllama.drafters.Drafter`, or None for
             target-only decoding.
         check: verify first that a draft model's vocabulary matches the target's.
+        clock: seconds, for every timing the policy learns from (a test's fake clock).
     """
 
-    def __init__(self, target: Model, draft=None, *, check: bool = True) -> None:
+    def __init__(self, target: Model, draft=None, *, check: bool = True,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
+        self.clock = clock
         #: the draft model, when drafts come from one
         self.draft: Model | None = None
         self.drafter: Drafter | None = None
@@ -137,9 +146,9 @@ class SpeculativeEngine:
             if check:
                 check_compatible(target.vocab_info(), draft.vocab_info())  # type: ignore[attr-defined]
             self.draft = draft
-            self.drafter = ModelDrafter(draft)
-        #: learns the best draft length from past passes (adaptive mode)
-        self.policy = DraftLengthPolicy()
+            self.drafter = ModelDrafter(draft, clock=clock)
+        #: chooses each pass's draft length from past passes (adaptive mode; :mod:`specllama.policy`)
+        self.policy: DraftPolicy = AdaptivePolicy()
         #: where the policy's measurements are remembered between processes (None: nowhere)
         self.cost_key: str | None = None
         self._noticed = False  # the "drafting cannot pay" notice was given (once per loaded pair)
@@ -153,14 +162,11 @@ class SpeculativeEngine:
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
-        generation, and give the policy the median of ``WARM_UP_TIMINGS``
-        timings each of the target passes of :func:`~specllama.adaptive.warm_up_rows`
-        (1, 2 and cap + 1 rows) and of a draft step, with ``WARM_UP_CONTEXT`` tokens in the cache, and the share of a
-        short greedy draft that the target agrees with (:func:`_draft_agreement`;
-        not measured where even perfect acceptance cannot pay on these costs,
-        which is then said once in the log)."""
-        from .adaptive import warm_up_rows  # here: benchmarks/policy_sim.py loads older policies without it
-
+        generation, and give the policy ``WARM_UP_TIMINGS`` timings each of the
+        target passes of :func:`~specllama.policy.warm_up_rows` (1, 2 and cap + 1
+        rows) and of a draft step, with ``WARM_UP_CONTEXT`` tokens in the cache;
+        then, where the costs say drafting may pay, the share of a short greedy
+        draft that the target agrees with (:func:`_draft_agreement`)."""
         timed = warm_up_rows(cap)
         verify = self.target.warm_up(timed) if hasattr(self.target, "warm_up") else {}  # cold passes
         if self.draft is not None and hasattr(self.draft, "warm_up"):
@@ -169,44 +175,29 @@ class SpeculativeEngine:
         drafts = self.draft is not None and bool(self.drafter)
         # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass).
         # On a GPU each row count is timed as the third of its shape in a row, as target-only decoding and a fixed
-        # draft length pay it (adaptive.SETTLED: llama.cpp replays a CUDA graph from the third pass of a shape in a
-        # row), and one row right after the 2-row pass is timed apart. On a CPU the two cost the same
-        # (benchmarks/runs/gpu-2026-12-04/switch_cpu.txt), and the passes between made the demo pair's warm-up
-        # 1.7x as long there (warm_up_time.txt).
+        # draft length pay it (policy.SETTLED: llama.cpp replays a CUDA graph from the third pass of a shape in a
+        # row), and one row right after the 2-row pass is timed apart. On a CPU the two cost the same, and the passes
+        # between made the demo pair's warm-up 1.7x as long there.
         settle = 1 in rows and getattr(self.target, "offloaded", False)
         target_rows = rows[::-1] if not settle else [
             entry for n in rows[::-1] if n != 1 for entry in ((None, n), (None, n), n)] + [(SWITCH, 1), (None, 1), 1]
-        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, target_rows)])
-        steps = steps.get(1, [])
+        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, target_rows)], self.clock)
         switch = timings.pop(SWITCH, [])
-        observe = getattr(self.policy, "observe_warm_up", None)
-        if observe is not None:
-            observe(steps, timings, **({"switch_one_row": switch} if switch and _takes(observe, "switch_one_row")
-                                       else {}))
-        observe_agreement = getattr(self.policy, "observe_agreement", None)
-        if observe_agreement is not None and steps and not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
+        self.policy.observe_warm_up(WarmUp(steps.get(1, []), timings, switch))
+        if steps and self.policy.verdict(cap) is None:
             agreement = _draft_agreement(self.target, self.draft)
             if agreement is not None:
-                observe_agreement(*agreement)
-        else:
-            self.policy.seed({"draft_seconds": statistics.median(steps) if steps else None,
-                              "verify_seconds": {n: statistics.median(ts) for n, ts in timings.items()}})
-
-    def _run_of(self, target, method: str) -> dict:
-        """On a GPU, the ``run`` keyword for the policy's ``method``: how many target passes of the last one's
-        shape came in a row (adaptive.SETTLED); nothing on a CPU, or to a policy whose method takes none."""
-        if not getattr(target, "offloaded", False) or not _takes(getattr(self.policy, method), "run"):
-            return {}
-        return {"run": target.same_shape_run}
+                self.policy.observe_agreement(*agreement)
 
     def _notice(self, cap: int) -> None:
         """Once per loaded pair: the policy decodes target-only because even
         perfect acceptance cannot pay, with the measured costs."""
-        if self._noticed or self.drafter is None or not getattr(self.policy, "cannot_pay", lambda _: False)(cap):
+        if self._noticed or self.drafter is None:
             return
-        self._noticed = True
-        log.warning("specllama: %s; decoding target-only (costs are measured again now and then)",
-                    self.policy.verdict(cap))
+        verdict = self.policy.verdict(cap)
+        if verdict is not None:
+            self._noticed = True
+            log.warning("specllama: %s; decoding target-only (costs are measured again now and then)", verdict)
 
     def close(self) -> None:
         """Remember the policy's measurements (see :mod:`specllama.cost_cache`)
@@ -261,8 +252,7 @@ class SpeculativeEngine:
         and (adaptive) the policy is drafting. While the policy decodes
         target-only the draft is not fed: it catches up, lazily and timed,
         when drafting resumes."""
-        return self.drafter is not None and draft_max > 0 and (
-            not adaptive or getattr(self.policy, "drafting", lambda _: True)(draft_max))
+        return self.drafter is not None and draft_max > 0 and (not adaptive or self.policy.drafting(draft_max))
 
     def steps(
         self,
@@ -291,9 +281,9 @@ class SpeculativeEngine:
                 ``adaptive``, the most the policy may choose.
             max_tokens: the most tokens to emit (None: until the context is full).
             rng: the one source of randomness for drafting and acceptance.
-            adaptive: choose each pass's draft length from measured costs and
-                acceptance (:mod:`specllama.adaptive`); False drafts exactly
-                ``draft_max`` whenever there is room.
+            adaptive: choose each pass's draft length with the engine's policy
+                (:mod:`specllama.policy`); False drafts exactly ``draft_max``
+                whenever there is room (:class:`~specllama.policy.FixedPolicy`).
             processor: ``(input_ids, scores) -> scores``, applied to every
                 target and draft row with the tokens before that row (drafts
                 included), so the output follows the processed target exactly.
@@ -309,150 +299,194 @@ class SpeculativeEngine:
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
         """
-        target, drafter = self.target, self.drafter
-        if drafter is None:
+        if self.drafter is None:
             draft_max = 0
-        n_vocab = target.n_vocab
-        # With one-hot drafts (greedy sampling, prompt lookup) block verification
-        # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
-        one_hot_drafts = params.greedy or isinstance(drafter, PromptLookupDrafter)
+        policy = self.policy if adaptive else FixedPolicy(draft_max, self.policy)
         seq = list(prompt_tokens)
         feed = self.feeds_draft(draft_max, adaptive)
         self.prefill(seq, draft=feed)
         self._draft_synced = feed
-        if adaptive and hasattr(self.policy, "new_sequence"):
-            self.policy.new_sequence(len(seq) - 1, draft_fed=feed)
+        policy.new_sequence(len(seq) - 1, draft_fed=feed)
         if adaptive and draft_max > 0:
             self._notice(draft_max)
-        n_emitted = 0
+        gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
+                          max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,
+                          forced_drafts=forced_drafts, lookup_mix=self.lookup_mix)
         while True:
-            # The target must hold seq and k drafts: len(seq) + k <= n_ctx.
-            room = target.n_ctx - len(seq)
-            if room < 0:
-                yield Step([], 0, 0, 0.0, 0.0, "length")
+            step = gen.step()
+            yield step
+            if step.finish_reason is not None:
                 return
-            k = min(draft_max, room)
-            if drafter is not None:
-                # The draft evaluates seq and all but its last draft; when only
-                # the draft is out of room, drafting stops and the target goes on.
-                k = min(k, max(drafter.n_ctx - len(seq) + 1, 0))
-            # One target pass is one llama.cpp batch: the pending tokens and the drafts.
-            k = min(k, target.n_batch - (len(seq) - len(target.tokens)))
-            if max_tokens is not None:
-                # never draft more than can still be emitted (k drafts emit up to k + 1)
-                k = min(k, max_tokens - n_emitted - 1)
-            k = max(k, 0)
-            room_k = k
-            pad: list[int] = []  # a padded target-only pass times the costs again (rows past the first unused)
-            row_fn = processor
-            forced: list[int] = []
-            if constraint is not None:
-                if constraint.done:
-                    # the grammar is complete and allows only the end: no other target pass
-                    yield Step([], 0, 0, 0.0, 0.0, "stop")
-                    return
-                row_fn = rows = _ConstrainedRows(processor, constraint, len(seq))
-                if forced_drafts and k > 0:
-                    # a function of the emitted tokens only, like every choice of k
-                    forced = constraint.forced()[:k]
-            if adaptive and not forced:
-                # Fixed before this pass draws anything: past passes only.
-                k = self.policy.choose(k, minimum=draft_min)
-            looked_up: list[int] = []
-            if self.lookup_mix is not None and not forced and drafter is not None:
+
+
+@dataclass
+class _Pass:
+    """What a pass was planned to do: its draft length (room and the policy allowing), and where its drafts come
+    from (the grammar's forced tokens, prompt lookup, or the draft model)."""
+
+    k: int
+    room_k: int  # the draft length the room allowed (a lookup mix's bound)
+    forced: list[int]
+    looked_up: list[int]
+    pad: list[int]  # a probe: tokens padding a target-only pass, whose rows past the first go unused
+    rows: "_ConstrainedRows | None"
+    row_fn: Processor | None
+
+
+class _Generation:
+    """One generation's loop state, a pass at a time: plan it (which source drafts how many), run it (drafts,
+    one target pass, acceptance), report it (to the policy, the grammar and the caller)."""
+
+    def __init__(self, engine: SpeculativeEngine, policy: DraftPolicy, seq: list[int], *, params: SamplingParams,
+                 draft_max: int, draft_min: int, max_tokens: int | None, rng, processor: Processor | None, rule: str,
+                 constraint: Constraint | None, forced_drafts: bool, lookup_mix: LookupMix | None) -> None:
+        self.engine, self.policy, self.seq = engine, policy, seq
+        self.params, self.draft_max, self.draft_min, self.max_tokens = params, draft_max, draft_min, max_tokens
+        self.rng, self.processor, self.rule = rng, processor, rule
+        self.constraint, self.forced_drafts, self.lookup_mix = constraint, forced_drafts, lookup_mix
+        # With one-hot drafts (greedy sampling, prompt lookup) block verification
+        # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
+        self.one_hot_drafts = params.greedy or isinstance(engine.drafter, PromptLookupDrafter)
+        self.n_emitted = 0
+
+    def step(self) -> Step:
+        plan = self._plan()
+        if isinstance(plan, Step):
+            return plan
+        return self._run(plan)
+
+    def _room(self) -> int:
+        """The most drafts this pass has room for: the target's context (and the draft's), one llama.cpp batch,
+        and what may still be emitted (k drafts emit up to k + 1)."""
+        engine, target = self.engine, self.engine.target
+        k = min(self.draft_max, target.n_ctx - len(self.seq))
+        if engine.drafter is not None:
+            # The draft evaluates seq and all but its last draft; when only the draft is out of room, drafting
+            # stops and the target goes on.
+            k = min(k, max(engine.drafter.n_ctx - len(self.seq) + 1, 0))
+        k = min(k, target.n_batch - (len(self.seq) - len(target.tokens)))  # one target pass is one batch
+        if self.max_tokens is not None:
+            k = min(k, self.max_tokens - self.n_emitted - 1)
+        return max(k, 0)
+
+    def _plan(self) -> "_Pass | Step":
+        """The pass's plan, or a closing Step (a full context; a complete grammar: no other target pass)."""
+        engine, seq = self.engine, self.seq
+        if engine.target.n_ctx - len(seq) < 0:
+            return Step([], 0, 0, 0.0, 0.0, "length")
+        k = room_k = self._room()
+        rows, row_fn, forced = None, self.processor, []
+        if self.constraint is not None:
+            if self.constraint.done:
+                return Step([], 0, 0, 0.0, 0.0, "stop")
+            row_fn = rows = _ConstrainedRows(self.processor, self.constraint, len(seq))
+            if self.forced_drafts and k > 0:
+                forced = self.constraint.forced()[:k]  # a function of the emitted tokens only, like every choice of k
+        pad: list[int] = []
+        looked_up: list[int] = []
+        if not forced:
+            plan = self.policy.choose(k, minimum=self.draft_min)  # fixed before this pass draws: past passes only
+            k = plan.k
+            if self.lookup_mix is not None and engine.drafter is not None:
                 # from the committed sequence and past passes only, like k
-                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k, target.is_eog)
-            if adaptive and not forced and not looked_up:
-                take_probe = getattr(self.policy, "take_probe", None)
-                if k == 0 and take_probe is not None:
-                    pad = [seq[-1]] * min(max(take_probe() - 1, 0), room_k)
+                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k, engine.target.is_eog)
+            if k == 0 and not looked_up:
+                pad = [seq[-1]] * min(plan.pad, room_k)
+        return _Pass(k, room_k, forced, looked_up, pad, rows, row_fn)
 
-            t0 = time.perf_counter()
-            draft_tokens: list[int] = []
-            q_draft: list[SparseProbs] = []
-            catch_up = probe_step = 0.0
-            if forced or looked_up:
-                draft_tokens = forced or looked_up
-                q_draft = [one_hot(t) for t in draft_tokens]
-            elif k > 0:
-                model = getattr(drafter, "model", None)
-                if model is not None and (not self._draft_synced or len(seq) - len(model.tokens) > 2):
-                    # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
-                    n_behind = len(seq) - 1 - common_prefix_len(model.tokens, seq)
-                    drafter.prefill(seq[:-1], self.cache_reuse)
-                    catch_up = time.perf_counter() - t0
-                    self._draft_synced = True
-                    if hasattr(self.policy, "observe_catch_up"):
-                        self.policy.observe_catch_up(catch_up, max(n_behind, 0))
-                draft_tokens, q_draft = drafter.propose(seq, k, params, rng, row_fn, n_vocab)
-            elif pad and self.draft is not None and len(self.draft.tokens) < self.draft.n_ctx:
-                probe_step = _time_draft_step(self.draft, seq[-1])
-            if constraint is not None and draft_tokens:
-                # A draft the grammar forbids (a one-hot draft can be one) stays as the last
-                # draft: its masked target row gives it probability 0, so it is rejected there.
-                keep = constraint.legal_prefix(draft_tokens) + 1
-                draft_tokens, q_draft = draft_tokens[:keep], q_draft[:keep]
-            t1 = time.perf_counter()
+    def _propose(self, plan: _Pass) -> tuple[list[int], list[SparseProbs], float, float, float]:
+        """The pass's drafts and the laws they were drawn from; the draft's catch-up, a probe's draft step, and
+        the first draft step (seconds; 0 where none)."""
+        engine, seq, clock = self.engine, self.seq, self.engine.clock
+        drafter = engine.drafter
+        if plan.forced or plan.looked_up:
+            drafts = plan.forced or plan.looked_up
+            return drafts, [one_hot(t) for t in drafts], 0.0, 0.0, 0.0
+        if plan.k > 0:
+            catch_up = 0.0
+            model = drafter.model if isinstance(drafter, ModelDrafter) else None
+            if model is not None and (not engine._draft_synced or len(seq) - len(model.tokens) > 2):
+                # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
+                n_behind = len(seq) - 1 - common_prefix_len(model.tokens, seq)
+                t0 = clock()
+                drafter.prefill(seq[:-1], engine.cache_reuse)
+                catch_up = clock() - t0
+                engine._draft_synced = True
+                self.policy.observe_catch_up(catch_up, max(n_behind, 0))
+            drafts, q = drafter.propose(seq, plan.k, self.params, self.rng, plan.row_fn, engine.target.n_vocab)
+            first = drafter.first_step_seconds if isinstance(drafter, ModelDrafter) else None
+            return drafts, q, catch_up, 0.0, first or 0.0
+        if plan.pad and engine.draft is not None and len(engine.draft.tokens) < engine.draft.n_ctx:
+            return [], [], 0.0, _time_draft_step(engine.draft, seq[-1], clock), 0.0
+        return [], [], 0.0, 0.0, 0.0
 
-            # One target pass scores every draft position and the bonus row;
-            # with the token-wise rule a row becomes a distribution only if
-            # the acceptance walk reaches it.
-            n_rows = len(draft_tokens) + 1
-            logits = target.eval(seq[len(target.tokens):] + draft_tokens + pad, n_logits=n_rows + len(pad),
-                                 copy=False)[:n_rows]
-            p_rows: dict[int, SparseProbs] = {}
+    def _run(self, plan: _Pass) -> Step:
+        """Draft, one target pass over the drafts (and a probe's padding), the acceptance rule; then the report."""
+        engine, seq, target, clock = self.engine, self.seq, self.engine.target, self.engine.clock
+        t0 = clock()
+        drafts, q_draft, catch_up, probe_step, first = self._propose(plan)
+        if self.constraint is not None and drafts:
+            # A draft the grammar forbids (a one-hot draft can be one) stays as the last
+            # draft: its masked target row gives it probability 0, so it is rejected there.
+            keep = self.constraint.legal_prefix(drafts) + 1
+            drafts, q_draft = drafts[:keep], q_draft[:keep]
+        t1 = clock()
+        # One target pass scores every draft position and the bonus row; with the token-wise rule a row becomes
+        # a distribution only if the acceptance walk reaches it.
+        n_rows = len(drafts) + 1
+        logits = target.eval(seq[len(target.tokens):] + drafts + plan.pad, n_logits=n_rows + len(plan.pad),
+                             copy=False)[:n_rows]
+        p_rows: dict[int, SparseProbs] = {}
 
-            def p_row(i: int) -> SparseProbs:
-                if i not in p_rows:
-                    row = processed(logits[i], seq + draft_tokens[:i] if row_fn else (), row_fn)
-                    p_rows[i] = sparse_probs(row, params)
-                return p_rows[i]
+        def p_row(i: int) -> SparseProbs:
+            if i not in p_rows:
+                row = processed(logits[i], seq + drafts[:i] if plan.row_fn else (), plan.row_fn)
+                p_rows[i] = sparse_probs(row, self.params)
+            return p_rows[i]
 
-            if rule == "block" and not (one_hot_drafts or forced or looked_up):
-                # block verification needs every row: it weighs the whole block at once
-                n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft,
-                                                             draft_tokens, rng)
-            else:
-                n_accepted, next_token = accept_tokens_sparse(p_row, q_draft, draft_tokens, rng)
-            new_tokens = draft_tokens[:n_accepted] + [next_token]
+        if self.rule == "block" and not (self.one_hot_drafts or plan.forced or plan.looked_up):
+            # block verification needs every row: it weighs the whole block at once
+            n_accepted, next_token = accept_block_sparse([p_row(i) for i in range(n_rows)], q_draft, drafts,
+                                                         self.rng)
+        else:
+            n_accepted, next_token = accept_tokens_sparse(p_row, q_draft, drafts, self.rng)
+        # Both caches keep seq + the accepted drafts; the next token is evaluated in the next pass.
+        target.rewind(len(seq) + n_accepted)
+        if engine.drafter is not None:
+            engine.drafter.keep(len(seq) + n_accepted)
+        t2 = clock()
+        if not plan.forced:  # forced drafts say nothing about the draft model, nor its costs
+            self.policy.observe(PassRecord(
+                n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=t1 - t0 - catch_up - probe_step,
+                verify_seconds=t2 - t1, rows=n_rows + len(plan.pad), first_step=first or None,
+                run=target.same_shape_run if getattr(target, "offloaded", False) else None,
+                probe_step=probe_step or None, lookup=bool(plan.looked_up)))
+            if plan.looked_up:  # lookup's acceptance is its own
+                self.lookup_mix.observe(len(drafts), n_accepted)
+        return self._report(plan, drafts, n_accepted, next_token, t1 - t0, t2 - t1, logits)
 
-            # Both caches keep seq + the accepted drafts; the next token is
-            # evaluated in the next pass.
-            target.rewind(len(seq) + n_accepted)
-            if drafter is not None:
-                drafter.keep(len(seq) + n_accepted)
-            t2 = time.perf_counter()
-            if pad:
-                self.policy.observe_probe(1 + len(pad), t2 - t1, probe_step or None)
-            elif looked_up:  # the target's cost of these rows; lookup's acceptance is its own
-                self.lookup_mix.observe(len(draft_tokens), n_accepted)
-                self.policy.observe_verify(n_rows, t2 - t1, reopen=False, **self._run_of(target, "observe_verify"))
-            elif not forced:  # forced drafts say nothing about the draft model
-                # the draft steps' cost; a catch-up was told to the policy apart (it counts in the Step's time)
-                self.policy.observe(len(draft_tokens), n_accepted, t1 - t0 - catch_up, t2 - t1,
-                                    first_step=getattr(drafter, "first_step_seconds", None),
-                                    **self._run_of(target, "observe"))
-
-            emitted: list[int] = []
-            finish = eog = None
-            for tok in new_tokens:
-                if target.is_eog(tok):
-                    finish, eog = "stop", tok
-                    break
-                emitted.append(tok)
-                if max_tokens is not None and n_emitted + len(emitted) >= max_tokens:
-                    finish = "length"
-                    break
-            masks = None
-            if constraint is not None:
-                masks = [rows.mask(new_tokens[:j]) for j in range(len(emitted) + (eog is not None))]
-                constraint.commit(emitted)  # the tokens after an end of generation are not output
-            seq.extend(new_tokens)
-            n_emitted += len(emitted)
-            yield Step(emitted, len(draft_tokens), n_accepted, t1 - t0, t2 - t1, finish, logits, eog, masks,
-                       len(forced), len(draft_tokens) if looked_up else 0)
-            if finish is not None:
-                return
+    def _report(self, plan: _Pass, drafts: list[int], n_accepted: int, next_token: int, draft_seconds: float,
+                verify_seconds: float, logits: np.ndarray) -> Step:
+        """What the pass emitted (up to an end of generation or max_tokens), the grammar advanced by it."""
+        new_tokens = drafts[:n_accepted] + [next_token]
+        emitted: list[int] = []
+        finish = eog = None
+        for tok in new_tokens:
+            if self.engine.target.is_eog(tok):
+                finish, eog = "stop", tok
+                break
+            emitted.append(tok)
+            if self.max_tokens is not None and self.n_emitted + len(emitted) >= self.max_tokens:
+                finish = "length"
+                break
+        masks = None
+        if self.constraint is not None:
+            masks = [plan.rows.mask(new_tokens[:j]) for j in range(len(emitted) + (eog is not None))]
+            self.constraint.commit(emitted)  # the tokens after an end of generation are not output
+        self.seq.extend(new_tokens)
+        self.n_emitted += len(emitted)
+        return Step(emitted, len(drafts), n_accepted, draft_seconds, verify_seconds, finish, logits, eog, masks,
+                    len(plan.forced), len(drafts) if plan.looked_up else 0)
 
 
 def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WARM_UP_SKIPPED
@@ -494,18 +528,7 @@ def _draft_agreement(target, draft, n: int = WARM_UP_DRAFTED, skipped: int = WAR
         target.rewind(0)
 
 
-def _takes(method, name: str) -> bool:
-    """Whether ``method`` takes the keyword ``name`` (a policy of the caller's own may not)."""
-    return _takes_cached(getattr(method, "__func__", method), name)
-
-
-@functools.lru_cache(maxsize=64)
-def _takes_cached(function, name: str) -> bool:
-    params = inspect.signature(function).parameters
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _time_passes(kinds) -> list[dict]:
+def _time_passes(kinds, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
     """For each (model, rows) of ``kinds``: ``WARM_UP_TIMINGS`` timings of a
     pass of each row count in ``rows`` after ``WARM_UP_CONTEXT`` tokens (rows
     -> seconds; empty for a model None, or too small). An entry of ``rows``
@@ -531,22 +554,22 @@ def _time_passes(kinds) -> list[dict]:
             for i, (model, rows, context, token) in enumerate(setups):
                 for key, n in rows if context >= 1 else ():
                     model.rewind(context)
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     model.eval([token] * n, n_logits=n, copy=False)
                     if key is not None:
-                        out[i].setdefault(key, []).append(time.perf_counter() - t0)
+                        out[i].setdefault(key, []).append(clock() - t0)
     finally:
         for model, *_ in timed:
             model.rewind(0)
     return out
 
 
-def _time_draft_step(draft, token: int) -> float:
+def _time_draft_step(draft, token: int, clock: Callable[[], float] = time.perf_counter) -> float:
     """One draft step timed where the draft's cache is; the cache is left as it was."""
     n = len(draft.tokens)
-    t0 = time.perf_counter()
+    t0 = clock()
     draft.eval([token], n_logits=1, copy=False)
-    seconds = time.perf_counter() - t0
+    seconds = clock() - t0
     draft.rewind(n)
     return seconds
 

@@ -16,11 +16,11 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .adaptive import DEFAULT_DRAFT_MAX  # noqa: F401  (re-exported: the CLI's and the API's default)
 from .constraint import LLGuidanceConstraint, masked
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .options import DEFAULT_MAX_TOKENS, GenerationOptions, check_prompt_text, check_prompt_tokens
+from .policy import DEFAULT_DRAFT_MAX  # noqa: F401  (re-exported: the CLI's and the API's default)
 from .processors import processed
 from .sampling import top_logprobs
 from .stats import GenerationStats

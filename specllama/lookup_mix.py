@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .adaptive import expected_tokens
 from .drafters import LOOKUP_MAX_NGRAM, PromptLookupDrafter
+from .policy import expected_tokens
 
 MIX_PRIOR_ACCEPT = 0.5  # acceptance of a lookup draft assumed before any is observed
 MIX_PRIOR_WEIGHT = 4.0  # the prior counts as this many tried positions

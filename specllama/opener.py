@@ -173,11 +173,12 @@ def open_engine(
                                        n_threads=n_threads or default_threads(), n_ctx=target.n_ctx,
                                        flash_attn=_flash_attn(target, draft_model),
                                        **_rpc_settings(target_rpc, draft_rpc, split))
-            saved = load(engine.cost_key)
-            if saved:
-                engine.policy.seed(saved)
         if warm_up:
             engine.warm_up()
+        if engine.cost_key is not None:
+            saved = load(engine.cost_key)
+            if saved:
+                engine.policy.seed(saved)  # what the warm-up did not time (other row counts, first steps, acceptance)
         return engine
     except BaseException:
         if draft_model is not None:

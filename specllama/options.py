@@ -28,9 +28,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .adaptive import DEFAULT_DRAFT_MAX
 from .constraint import GrammarSpec, spec_from_options
 from .errors import SpecLlamaError
+from .policy import DEFAULT_DRAFT_MAX
 from .processors import DEFAULT_PENALTY_LAST_N, Processor, as_list, ban, chain, penalties
 from .processors import logit_bias as bias_processor
 from .sampling import DEFAULT_RULE, RULES, SamplingParams

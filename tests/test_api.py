@@ -290,12 +290,12 @@ def test_while_drafting_cannot_pay_the_draft_is_not_fed(tiny_pair):
     """A policy that measured a draft step dearer than a target step decodes
     target-only, and the draft model evaluates nothing, not even the prompt
     (it would catch up when drafting resumes): the output is target-only's."""
-    from specllama.adaptive import DraftLengthPolicy
+    from specllama.policy import AdaptivePolicy, WarmUp
 
     with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=256, seed=1, n_threads=THREADS) as s:
-        s.engine.policy = DraftLengthPolicy()
-        s.engine.policy.observe_warm_up([0.05] * 5, {1: [0.01] * 5, 9: [0.09] * 5})
-        assert s.engine.policy.cannot_pay(s.draft_max)
+        s.engine.policy = AdaptivePolicy()
+        s.engine.policy.observe_warm_up(WarmUp([0.05] * 5, {1: [0.01] * 5, 2: [0.02] * 5, 9: [0.09] * 5}))
+        assert s.engine.policy.verdict(s.draft_max) is not None
         s.engine.draft.rewind(0)
         out = s.create_completion(PROMPT, max_tokens=12, temperature=0)
         assert out["speculative"]["n_drafted"] == 0 and s.engine.draft.tokens == []

@@ -47,17 +47,19 @@ def test_json_output_greedy_same_with_and_without_draft(tiny_pair):
 
 def test_json_says_what_the_draft_lengths_rested_on(tiny_pair):
     """--json's "policy": the warm-up's medians, the prior acceptance rate,
-    the costs' verdict in words, whether drafting was given up, the rechecks
-    and padded probe passes (what a benchmark's saved details keep of a slow
-    run); none without a draft."""
+    the acceptance by position, the probability that drafting cannot pay and
+    the costs' verdict in words, the padded probe passes and a GPU's switch
+    factor (what a benchmark's saved details keep of a slow run); none
+    without a draft."""
     out = gen_json(tiny_pair, "-c", "256", "--temp", "0", "-n", "40")
     policy = out["policy"]
-    assert set(policy) == {"prior_accept", "warm_up_ms", "cannot_pay", "gave_up", "rechecks", "probes",
-                           "drafting_passes", "warm_up_off", "switch_dear", "verdict"}
-    assert isinstance(policy["warm_up_off"], bool)
+    assert set(policy) == {"prior_accept", "warm_up_ms", "acceptance_by_position", "cannot_pay_probability",
+                           "probes", "drafting_passes", "switch_factor", "verdict"}
+    assert len(policy["acceptance_by_position"]) == 8 and policy["switch_factor"] == 1.0  # (no GPU: no switches)
     assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step"}  # (no GPU)
     assert min(policy["warm_up_ms"].values()) > 0
-    assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay"] else "drafting can pay")
+    assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay_probability"] >= 0.95
+                                        else "drafting can pay")
     assert policy["drafting_passes"] == (out["tried_at"][0] if out["tried_at"] else 0)  # each reaches position 0
     assert 0 <= policy["probes"] <= out["n_target_passes"] - policy["drafting_passes"]  # padded target-only passes
     assert 0 < policy["prior_accept"] <= 1
@@ -248,9 +250,9 @@ def test_repeat_last_n_sets_the_penalties_window(tiny_pair):
 
 def never_drafts(monkeypatch):
     """The real policy, except that its own choice is always k = 0."""
-    import specllama.adaptive as adaptive
+    from specllama.policy import AdaptivePolicy, Plan
 
-    monkeypatch.setattr(adaptive.DraftLengthPolicy, "_choose", lambda self, cap, minimum=0: 0)
+    monkeypatch.setattr(AdaptivePolicy, "_choose", lambda self, cap, minimum=0: Plan(0))
 
 
 def test_draft_min_drafts_at_least_that_many_and_the_policy_decides_above(tiny_pair, monkeypatch):

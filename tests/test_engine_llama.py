@@ -13,17 +13,19 @@ run ten times slower.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import specllama.engine as engine_module
 import specllama.sampling as sampling
-from specllama.adaptive import DraftLengthPolicy
 from specllama.backend import LlamaModel
 from specllama.engine import SpeculativeEngine
 from specllama.errors import SpecLlamaError
 from specllama.generate import generate
 from specllama.options import processor_for
+from specllama.policy import AdaptivePolicy, MeasuredPolicy, PassRecord, Plan
 from specllama.sampling import SamplingParams
 
 from .conftest import TINY_CTX, open_tiny_engine
@@ -31,6 +33,33 @@ from .stats_helpers import POWER, assert_distributed_as, power, samples_for_powe
 from .two_token_law import FILTERED, N_RUNS, PLAIN, PROMPT, check_exact, next_token_law, two_token_counts, two_token_law
 
 GREEDY = SamplingParams(temperature=0)
+
+
+class FakeClock:
+    """Seconds that advance by ``step`` at every reading: timings that do not depend on the machine."""
+
+    def __init__(self, step: float = 0.001) -> None:
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+class PassClock(FakeClock):
+    """Seconds that advance as the models evaluate: a target pass of r rows 1 + r / 2 ms, a draft
+    evaluation 0.2 ms (each reading 1 us on top): costs that depend on the draft length, not on the machine."""
+
+    def __init__(self, engine) -> None:
+        super().__init__(1e-6)
+        for model, cost in ((engine.target, lambda rows: 1e-3 + 5e-4 * rows), (engine.draft, lambda rows: 2e-4)):
+            evaluate = model.eval
+
+            def timed(tokens, *, n_logits=1, copy=True, evaluate=evaluate, cost=cost):
+                self.t += cost(n_logits)
+                return evaluate(tokens, n_logits=n_logits, copy=copy)
+
+            model.eval = timed
 
 
 open_engine = open_tiny_engine
@@ -57,7 +86,7 @@ def test_acceptance_is_strictly_between_zero_and_one(shared_engine):
 # -- draft-length policies ----------------------------------------------------
 
 
-class CheapDraftPolicy(DraftLengthPolicy):
+class CheapDraftPolicy(AdaptivePolicy):
     """The real adaptive policy, told that a draft step costs a tenth of the
     target pass just measured (on the tiny models it truly costs about as
     much, so the real costs make it fall back to k = 0). Its choice logic is
@@ -68,13 +97,13 @@ class CheapDraftPolicy(DraftLengthPolicy):
         super().__init__()
         self.choices: list[tuple[int, int]] = []
 
-    def choose(self, cap: int, *, minimum: int = 0) -> int:
-        k = super().choose(cap, minimum=minimum)
-        self.choices.append((cap, k))
-        return k
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+        plan = super().choose(cap, minimum=minimum)
+        self.choices.append((cap, plan.k))
+        return plan
 
-    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None) -> None:
-        super().observe(n_drafted, n_accepted, n_drafted * verify_seconds / 10, verify_seconds)
+    def observe(self, r: PassRecord) -> None:
+        super().observe(replace(r, draft_seconds=r.n_drafted * r.verify_seconds / 10, first_step=None))
 
     def ks_at_full_cap(self) -> set[int]:
         """The draft lengths chosen in passes whose cap was the largest seen."""
@@ -82,29 +111,36 @@ class CheapDraftPolicy(DraftLengthPolicy):
         return {k for cap, k in self.choices if cap == top}
 
 
-class PastDependentPolicy:
+class PastDependentPolicy(MeasuredPolicy):
     """Chooses each pass's draft length from the previous pass's outcome (one
     more than it kept, or none after a full rejection): a rule as dependent
     on past acceptance as any adaptive one, to show such rules cannot bias
     the output."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.last_accepted = 2
 
-    def choose(self, cap: int, *, minimum: int = 0) -> int:
-        return min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+        return Plan(min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0)
 
-    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None) -> None:
-        self.last_accepted = n_accepted if n_drafted else 2
+    def drafting(self, cap: int) -> bool:
+        return cap > 0
+
+    def observe(self, r: PassRecord) -> None:
+        super().observe(r)
+        self.last_accepted = r.n_accepted if r.n_drafted else 2
 
 
 POLICIES = {"fixed": None, "adaptive": CheapDraftPolicy, "past-dependent": PastDependentPolicy}
 
 
 def use_policy(engine, name) -> bool:
-    """Install the named policy on a fresh engine; return the ``adaptive`` flag."""
+    """Install the named policy on a fresh engine, on a fake clock (its choices then do not depend on the
+    machine's load); return the ``adaptive`` flag."""
     if POLICIES[name] is not None:
         engine.policy = POLICIES[name]()
+        engine.clock = engine.drafter.clock = PassClock(engine)
     return POLICIES[name] is not None
 
 
@@ -126,31 +162,28 @@ def test_greedy_speculative_equals_target_only(engine, k, policy):
 
 
 class CountingCheapDraftPolicy(CheapDraftPolicy):
-    """CheapDraftPolicy, told how many target passes of a shape came in a row (``run``), and keeping them."""
+    """CheapDraftPolicy, keeping each pass's draft length and the passes of its shape in a row it was told
+    (``run``; a probe's draft length as minus its rows)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list[tuple[int, int]] = []
+        self.runs: list[tuple[int, int | None]] = []
 
-    def observe(self, n_drafted, n_accepted, draft_seconds, verify_seconds, first_step=None, run=None) -> None:
-        self.runs.append((n_drafted, run))
-        DraftLengthPolicy.observe(self, n_drafted, n_accepted, n_drafted * verify_seconds / 10, verify_seconds,
-                                  run=run)
-
-    def observe_probe(self, rows, verify_seconds, draft_step_seconds) -> None:
-        # a padded target-only pass (a cost probe, a recheck's: its run is not told) between two passes
-        self.runs.append((-rows, None))
-        super().observe_probe(rows, verify_seconds, draft_step_seconds)
+    def observe(self, r: PassRecord) -> None:
+        self.runs.append((-r.rows if r.probe_step is not None else r.n_drafted, r.run))
+        super().observe(r)
 
 
 @pytest.mark.parametrize("policy", ["counting", "adaptive", "past-dependent"])
 def test_on_a_gpu_the_passes_in_a_row_change_no_token(engine, policy, monkeypatch):
-    """A target told it runs on a GPU: a policy whose observe takes ``run``
-    is told how many target passes of each pass's shape came in a row
-    (adaptive.SETTLED), a caller's own policies that take none are not, and
-    greedy output equals target-only's, the draft kept somewhere and
-    rejected somewhere."""
+    """A target told it runs on a GPU: every pass's record tells how many
+    target passes of its shape came in a row (policy.SETTLED), and greedy
+    output equals target-only's, the draft kept somewhere and rejected
+    somewhere. On a fake clock (:class:`PassClock`), so that the policy's
+    choices do not depend on the machine's load."""
     monkeypatch.setattr(engine.target, "offloaded", True)
+    monkeypatch.setattr(engine, "clock", PassClock(engine))
+    monkeypatch.setattr(engine.drafter, "clock", engine.clock)
     if policy == "counting":
         engine.policy = CountingCheapDraftPolicy()
         adaptive = True
@@ -165,7 +198,7 @@ def test_on_a_gpu_the_passes_in_a_row_change_no_token(engine, policy, monkeypatc
     if policy == "counting":
         runs = engine.policy.runs
         told = [run for _, run in runs if run is not None]
-        assert len(told) > spec.stats.n_target_passes // 2 and all(run >= 1 for run in told)
+        assert len(told) == len(runs) > spec.stats.n_target_passes // 2 and all(run >= 1 for run in told)
         # a pass after one that drafted as many (rows = drafts + 1) is the second of its shape in a row, or more (a
         # probe between, a padded pass of other rows, starts a new run: a recheck's 1-row passes are each the first)
         assert all(run >= 2 for (k, run), (before, _) in zip(runs[1:], runs) if k == before), runs
@@ -444,19 +477,21 @@ def test_on_a_gpu_the_warm_up_times_a_1_row_pass_settled_and_right_after_another
     """A target with layers on a GPU (here told so): the warm-up's turns end
     in three 1-row target passes in a row after its multi-row passes; the
     first is timed as a switch, the third as the 1-row cost
-    (adaptive.SETTLED), five of each."""
+    (policy.SETTLED), five of each."""
     monkeypatch.setattr(fresh_engine.target, "offloaded", True)
+    warm = []
+    monkeypatch.setattr(fresh_engine.policy, "observe_warm_up", warm.append)
     assert warm_up_1_row_runs(fresh_engine, monkeypatch)[-15:] == [1, 2, 3] * 5
-    policy = fresh_engine.policy
-    assert len(policy._switch_one_row) == len(policy._settled_one_row) == len(policy.verify_passes[1]) == 5
-    assert list(policy.verify_passes[1]) == list(policy._settled_one_row)
-    assert "1_row_pass_after_another_shape" in policy.warm_up_costs
+    (w,) = warm
+    assert len(w.rows[1]) == len(w.switch_one_row) == 5 and set(w.rows) == {1, 2, 9}
 
 
 def test_on_a_cpu_the_warm_up_times_one_1_row_pass_a_turn(fresh_engine, monkeypatch):
     """No layer on a GPU: one 1-row pass a turn, right after the 2-row pass,
     as before the passes in a row were counted (on a CPU they cost the same)."""
     assert fresh_engine.target.offloaded is False
+    warm = []
+    monkeypatch.setattr(fresh_engine.policy, "observe_warm_up", warm.append)
     assert warm_up_1_row_runs(fresh_engine, monkeypatch)[-5:] == [1] * 5
-    policy = fresh_engine.policy
-    assert len(policy.verify_passes[1]) == 5 and not policy._switch_one_row and not policy._settled_one_row
+    (w,) = warm
+    assert len(w.rows[1]) == 5 and w.switch_one_row == []

@@ -1,0 +1,112 @@
+"""How likely a draft token is kept, by its position in the draft.
+
+a_i is the chance that draft position i is kept once the positions before it
+were. Each position keeps a discounted record (``ACCEPT_MEMORY`` drafting
+passes), and its estimate leans on the one before it (position 0 on the rate
+pooled over all positions) with ``LEAN_WEIGHT``: a position's own record
+departs from its neighbour's only as it grows. The pooled rate starts from a
+prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the draft writes a
+short text greedily, the target checks it), whose tokens weigh as observed
+positions. The posterior is a chain of Beta distributions, from which
+:meth:`AcceptanceModel.sample` draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# acceptance assumed before anything is observed: a pair that shares a tokenizer and a family keeps most drafts (the
+# demo pairs 93-95%)
+PRIOR_ACCEPT = 0.85
+# positions that prior weighs (and passes a remembered record weighs in a later process): heavier starts surer, and
+# follows the text in front of it slower
+PRIOR_WEIGHT = 4.0
+# a position's estimate leans on the one before it with this many positions' weight: rejections fall at hard tokens
+# of the text, whatever position they land on, so one rejection at position 3 says little about position 3
+LEAN_WEIGHT = 16.0
+ACCEPT_MEMORY = 100  # passes a record remembers: an old verdict on a position fades
+
+
+@dataclass
+class AcceptanceModel:
+    accepted: list[float] = field(default_factory=list)  # discounted counts, by position
+    tried: list[float] = field(default_factory=list)
+    prior_accept: float = PRIOR_ACCEPT
+    prior_weight: float = PRIOR_WEIGHT
+
+    def fade(self) -> None:
+        """A pass went by (drafting or not): every record fades, so that a verdict on an older stretch of text,
+        also one that ended drafting, is forgotten in time."""
+        fade = 1 - 1 / ACCEPT_MEMORY
+        self.tried = [t * fade for t in self.tried]
+        self.accepted = [a * fade for a in self.accepted]
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        """A pass drafted ``n_drafted`` and kept ``n_accepted``: positions
+        0..n_accepted were tried (the last rejected unless all were kept)."""
+        for i in range(min(n_accepted + 1, n_drafted)):
+            if i == len(self.tried):
+                self.tried.append(0.0)
+                self.accepted.append(0.0)
+            self.tried[i] += 1.0
+            self.accepted[i] += 1.0 if i < n_accepted else 0.0
+
+    def observe_agreement(self, agreed: int, n: int) -> None:
+        """The warm-up's check: ``agreed`` of ``n`` greedy draft tokens were the
+        target's greedy choice too. They weigh as ``n`` observed positions."""
+        if n > 0:
+            self.prior_accept = (agreed + PRIOR_ACCEPT * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
+            self.prior_weight = PRIOR_WEIGHT + n
+
+    def _record(self, i: int) -> tuple[float, float]:
+        return (self.accepted[i], self.tried[i]) if i < len(self.tried) else (0.0, 0.0)
+
+    def pooled(self) -> tuple[float, float]:
+        """The rate over all positions, and the positions it weighs (the prior's included)."""
+        weight = sum(self.tried) + self.prior_weight
+        return (sum(self.accepted) + self.prior_accept * self.prior_weight) / weight, weight
+
+    def means(self, k: int) -> list[float]:
+        """The estimates of a_0..a_{k-1}."""
+        out, before = [], self.pooled()[0]
+        for i in range(k):
+            acc, tried = self._record(i)
+            before = (acc + before * LEAN_WEIGHT) / (tried + LEAN_WEIGHT)
+            out.append(before)
+        return out
+
+    def sample(self, k: int, rng: np.random.Generator, sharpen: float = 1.0) -> list[float]:
+        """One draw of a_0..a_{k-1} from the posterior: the pooled rate, then
+        each position given the draw of the one before it (``sharpen``: every
+        count weighs this many times, a narrower posterior)."""
+        rate, weight = self.pooled()
+        before = rng.beta(sharpen * rate * weight + 1e-9, sharpen * (1 - rate) * weight + 1e-9)
+        out = []
+        for i in range(k):
+            acc, tried = self._record(i)
+            before = rng.beta(sharpen * (acc + before * LEAN_WEIGHT) + 1e-9,
+                              sharpen * (tried - acc + (1 - before) * LEAN_WEIGHT) + 1e-9)
+            out.append(float(before))
+        return out
+
+    def snapshot(self, weight: float) -> dict:
+        """The record scaled to weigh at most ``weight`` passes (a later process starts from it)."""
+        most = max(self.tried, default=0.0)
+        scale = min(1.0, weight / most) if most else 0.0
+        return {"tried": [t * scale for t in self.tried], "accepted": [a * scale for a in self.accepted]}
+
+    def seed(self, saved: dict) -> None:
+        tried, accepted = saved.get("tried") or [], saved.get("accepted") or []
+        if not self.tried and len(tried) == len(accepted):
+            self.tried, self.accepted = [float(t) for t in tried], [float(a) for a in accepted]
+
+
+def expected_tokens(accept: list[float], k: int) -> float:
+    """E(k) = sum_{j=0..k} prod_{i<j} a_i: the tokens a pass with k drafts emits, in expectation."""
+    total, run = 1.0, 1.0
+    for i in range(k):
+        run *= accept[i]
+        total += run
+    return total

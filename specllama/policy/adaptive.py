@@ -1,0 +1,298 @@
+"""The draft length that pays best, chosen from one model of costs and acceptance.
+
+With a_i the chance that draft position i is kept once the ones before it
+were (:mod:`.acceptance`), a pass with k drafts emits in expectation
+
+    E(k) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{k-1}
+
+tokens (Leviathan et al. 2023, with rates by position) and costs its first
+draft step, k - 1 more, and a target pass of k + 1 rows (:mod:`.costs`).
+Before each pass the policy draws one sample of the rates and of the costs
+from their posteriors and takes the k with the most tokens per second in
+that draw (Thompson sampling), one-off costs priced over ``HORIZON`` passes:
+the draft's catch-up after target-only passes, and on a GPU the passes that
+a change of shape makes dearer. Exploring, giving drafting up and taking it
+up again, close calls and keeping a draft length all follow from that one
+rule: a choice whose value is uncertain is tried in proportion to the chance
+that it is the best, and a cost not timed for long grows uncertain.
+"Drafting cannot pay" is a probability: the share of draws of the costs in
+which even perfect acceptance loses to target-only.
+
+Where a draw says drafting pays but the estimates themselves do not (the
+draw explores), and the draft model is so far behind that its catch-up would
+cost more than the pass, the pass is a probe instead: a target-only pass
+padded to that many rows, and one draft step, timed (what the draw hinged
+on, at the price of a few rows).
+
+Exactness: the choice reads past passes and the policy's own generator,
+never the current pass's draws.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens
+from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
+from .protocol import PassRecord, Plan, WarmUp
+
+EXPLORE = 0.3  # the draws' spread, times the posterior's: less explores less (and learns slower)
+HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over when choosing
+SEED = 0  # the choice's own random generator starts here: runs are repeatable given the same timings
+# "drafting cannot pay" is said where that is this likely (the share of VERDICT_DRAWS draws of the costs in which
+# even perfect acceptance loses): lower skips the agreement check and logs the verdict on thinner evidence
+VERDICT = 0.95
+VERDICT_DRAWS = 64  # more measure that probability finer, at a cost in each report
+
+
+class MeasuredPolicy:
+    """What every policy learns from the passes: costs and acceptance (and
+    the words and figures they give); the choice is a subclass's."""
+
+    def __init__(self) -> None:
+        self.costs = MachineModel()
+        self.acceptance = AcceptanceModel()
+        self.behind = 0  # tokens the draft model has not evaluated
+        self.last_rows = 0  # the last target pass's rows (a change of shape is priced on a GPU)
+        self.drafting_passes = 0
+        self.probes = 0
+        self.warm_up_costs: dict[str, float] = {}
+        self.ran: set = set()  # the kinds of pass this process has run (a first one runs cold)
+
+    # -- what the engine tells -------------------------------------------------
+
+    def observe(self, r: PassRecord) -> None:
+        self.costs.passes += 1
+        self.acceptance.fade()
+        if r.n_drafted and not r.lookup:
+            self.acceptance.observe(r.n_drafted, r.n_accepted)
+            self.drafting_passes += 1
+            first = r.first_step if r.first_step is not None else r.draft_seconds / r.n_drafted
+            self._time(FIRST, first)
+            if r.n_drafted > 1:
+                self._time(STEP, (r.draft_seconds - first) / (r.n_drafted - 1))
+            self.behind = 0
+        elif not r.n_drafted:
+            self.behind += 1
+        if r.probe_step is not None:
+            self._time(STEP, r.probe_step)
+            self.probes += 1
+        if r.run is not None and r.run < SETTLED:
+            self.costs.observe_switch(r.rows, r.verify_seconds)
+        else:
+            self._time(r.rows, r.verify_seconds)
+        self.last_rows = r.rows
+
+    def _time(self, kind, seconds: float) -> None:
+        """A timing of decoding's. The first pass of a shape in a process runs cold (llama.cpp sets up its
+        graph, caches fill): it is not the kind's cost, as the warm-up's own first passes are not."""
+        if kind in self.ran:
+            self.costs.observe(kind, seconds)
+        self.ran.add(kind)
+
+    def observe_catch_up(self, seconds: float, n_tokens: int) -> None:
+        if n_tokens > 0:
+            self.costs.observe(CATCH_UP, seconds / n_tokens)
+
+    def observe_warm_up(self, warm: WarmUp) -> None:
+        """Every timing, in turns (one of each kind a turn, as the warm-up took them), and the noise from
+        their spread."""
+        kinds = {rows: ts for rows, ts in warm.rows.items() if ts}
+        if warm.draft_steps:
+            kinds[STEP] = warm.draft_steps
+        logs = {kind: np.log(np.maximum(ts, 1e-9)) for kind, ts in kinds.items()}
+        spread = [float(np.var(v, ddof=1)) for v in logs.values() if len(v) > 1]
+        if spread:
+            self.costs.noise = max(float(np.median(spread)), NOISE_FLOOR)
+        self.ran.update(logs, [FIRST])  # (the warm-up ran its passes cold first; a first step is a step)
+        for turn in range(max(len(v) for v in logs.values()) if logs else 0):
+            for kind, v in logs.items():
+                if turn < len(v):
+                    self.costs.observe(kind, math.exp(float(v[turn])), warm_up=True)
+        ones = [t for t in warm.switch_one_row if t > 0]
+        for t in ones:
+            self.costs.observe_switch(1, t)
+        self.warm_up_costs = {f"{kind}_row_pass" if isinstance(kind, int) else "draft_step": math.exp(float(
+            np.median(v))) for kind, v in logs.items()} | (
+            {"1_row_pass_after_another_shape": float(np.median(ones))} if ones else {})
+
+    def observe_agreement(self, agreed: int, n: int) -> None:
+        self.acceptance.observe_agreement(agreed, n)
+
+    def new_sequence(self, n_prompt: int, *, draft_fed: bool) -> None:
+        self.behind = 0 if draft_fed else n_prompt
+        self.last_rows = 0  # the prompt's passes came between
+
+    # -- what it gives -------------------------------------------------------------
+
+    def prices(self, cap: int, rng: np.random.Generator | None = None, spread: float = 1.0) -> Prices | None:
+        """The costs (one draw with ``rng``), None before a draft step and a 1-row pass are timed."""
+        if not (self.costs.known(1) and (self.costs.known(STEP) or self.costs.known(FIRST))):
+            return None
+        return self.costs.prices(cap, rng, spread)
+
+    def verify_cost(self, rows: int) -> float:
+        seconds = self.costs.seconds(rows)
+        if seconds is not None:
+            return seconds
+        prices = self.prices(rows - 1)
+        return 0.0 if prices is None else math.exp(self.costs.level) * prices.verify(rows)
+
+    def rate(self, k: int) -> float:
+        prices = self.prices(k)
+        if prices is None:
+            return 0.0
+        return expected_tokens(self.acceptance.means(k), k) / (math.exp(self.costs.level) * prices.pass_cost(k))
+
+    def cannot_pay(self, cap: int) -> float:
+        """The probability that even perfect acceptance loses to target-only, for every k in 1..cap."""
+        if cap <= 0 or self.prices(cap) is None:
+            return 0.0
+        rng = np.random.default_rng(SEED)
+        draws = [self.prices(cap, rng, EXPLORE) for _ in range(VERDICT_DRAWS)]
+        return sum(all((k + 1) / p.pass_cost(k) <= 1 / p.verify(1) for k in range(1, cap + 1))
+                   for p in draws) / VERDICT_DRAWS
+
+    def verdict(self, cap: int) -> str | None:
+        chance = self.cannot_pay(cap)
+        if chance < VERDICT:
+            return None
+        p, scale = self.prices(cap), math.exp(self.costs.level)
+        return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted "
+                f"(probability {chance:.2f}): {cost_figures(p, cap, scale)}")
+
+    def costs_in_words(self, cap: int) -> str:
+        """Whether drafting can pay here at all, with the costs it rests on."""
+        verdict = self.verdict(cap)
+        if verdict is not None:
+            return verdict
+        p = self.prices(cap)
+        if p is None:
+            return "drafting not measured yet"
+        return (f"drafting can pay on this machine for this pair (probability it cannot, even if every draft were "
+                f"accepted: {self.cannot_pay(cap):.2f}): {cost_figures(p, cap, math.exp(self.costs.level))}")
+
+    def describe(self, cap: int) -> dict:
+        return {"prior_accept": self.acceptance.prior_accept,
+                "warm_up_ms": {kind: 1000 * t for kind, t in self.warm_up_costs.items()},
+                "acceptance_by_position": [round(a, 4) for a in self.acceptance.means(cap)],
+                "cannot_pay_probability": self.cannot_pay(cap), "drafting_passes": self.drafting_passes,
+                "probes": self.probes, "switch_factor": math.exp(self.costs.switch),
+                "verdict": self.costs_in_words(cap)}
+
+    def snapshot(self) -> dict:
+        return {"draft_seconds": self.costs.seconds(STEP), "draft_first_seconds": self.costs.seconds(FIRST),
+                "verify_seconds": {str(k): self.costs.seconds(k) for k in self.costs.kinds if isinstance(k, int)},
+                **self.acceptance.snapshot(PRIOR_WEIGHT)}
+
+    def seed(self, saved: dict) -> None:
+        for kind, key in ((STEP, "draft_seconds"), (FIRST, "draft_first_seconds")):
+            if isinstance(saved.get(key), (int, float)) and not self.costs.known(kind):
+                self.costs.observe(kind, float(saved[key]))
+        for rows, t in (saved.get("verify_seconds") or {}).items():
+            if isinstance(t, (int, float)) and not self.costs.known(int(rows)):
+                self.costs.observe(int(rows), float(t))
+        self.acceptance.seed(saved)
+
+
+class AdaptivePolicy(MeasuredPolicy):
+    """The choice by Thompson sampling (see the module doc). One per engine,
+    kept across generations: costs do not change between prompts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng(SEED)
+        self.last_k = -1  # the last plan's draft length
+        self.held = 0  # passes the last draft length is still kept (a GPU's new shape, until it settles)
+
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+        minimum = min(minimum, cap)
+        plan = self._choose(cap, minimum)
+        if plan.k < minimum:
+            plan = Plan(minimum)
+        if plan.k != self.last_k and self.costs.switch_dear():
+            self.held = SETTLED - 1  # a new shape costs more until the third in a row: keep it till then
+        self.last_k = plan.k
+        return plan
+
+    def _choose(self, cap: int, minimum: int) -> Plan:
+        if self.held and minimum <= self.last_k <= cap:
+            self.held -= 1
+            return Plan(self.last_k)
+        self.held = 0
+        if cap <= 0:
+            return Plan(0)
+        means = self.prices(cap)
+        if means is None:  # not timed yet: the 1-row pass (every choice's yardstick), then the longest draft
+            return Plan(cap if self.costs.known(1) else minimum)
+        if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
+            return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
+        draw, accept = self.prices(cap, self.rng, EXPLORE), self.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
+        k = self._best(cap, minimum, draw, accept, HORIZON)
+        best = self._best(cap, minimum, means, self.acceptance.means(cap), HORIZON)
+        if k == best:
+            return Plan(k)
+        # the draw explores: where its one-off costs are dear it takes a cheaper way, or none
+        if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0:
+            return Plan(0, pad=k)  # a catch-up: time the draw's pass without it
+        if self._switch(k, draw) and self._rate(k, draw, accept, SETTLED) < self._rate(best, draw, accept, SETTLED):
+            return Plan(best)  # a GPU's new shape, which it would leave again soon: not worth its dearer passes
+        return Plan(k)
+
+    def _rate(self, k: int, prices: Prices, accept: list[float], horizon: float) -> float:
+        """Tokens per second with k drafts, one-off costs (the draft's catch-up, on a GPU a new shape's dearer
+        first passes) spread over ``horizon`` passes."""
+        return expected_tokens(accept, k) / (
+            prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices)) / horizon)
+
+    def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
+        return max(range(minimum, cap + 1), key=lambda k: self._rate(k, prices, accept, horizon))
+
+    def _catch_up(self, k: int, prices: Prices) -> float:
+        return self.behind * prices.catch_up if k else 0.0
+
+    def _switch(self, k: int, prices: Prices) -> float:
+        """On a GPU, what a new shape's first passes cost more than settled ones (none for the last pass's shape)."""
+        return (SETTLED - 1) * max(prices.switch - 1, 0.0) * prices.verify(k + 1) if k + 1 != self.last_rows else 0.0
+
+    def drafting(self, cap: int) -> bool:
+        """Whether drafting pays on the estimates (the draft is fed a prompt then, and caught up later otherwise)."""
+        prices = self.prices(cap)
+        if prices is None or cap <= 0:
+            return cap > 0
+        return self._best(cap, 0, prices, self.acceptance.means(cap), HORIZON) > 0
+
+
+class FixedPolicy:
+    """k drafts in every pass that has room (``--draft-fixed``). What it is
+    told and asked besides goes to ``measured`` (the engine's own policy, so
+    that its costs and acceptance keep learning from fixed passes too)."""
+
+    def __init__(self, k: int, measured: MeasuredPolicy | None = None) -> None:
+        self.k = k
+        self.measured = measured if measured is not None else MeasuredPolicy()
+
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+        return Plan(max(min(self.k, cap), 0))
+
+    def drafting(self, cap: int) -> bool:
+        return self.k > 0 and cap > 0
+
+    def __getattr__(self, name: str):  # observe..., verdict, rate, describe, snapshot, seed: the measured policy's
+        return getattr(self.measured, name)
+
+
+def warm_up_rows(cap: int) -> tuple[int, ...]:
+    """The target passes the warm-up at load times: one row, two and ``cap`` + 1
+    (a second row costs far more than each row after it: llama.cpp leaves its one-row path)."""
+    return tuple(sorted({1, 2, cap + 1})) if cap >= 1 else (1,)
+
+
+def cost_figures(p: Prices, cap: int, scale: float) -> str:
+    """The costs in words: a draft step against a target step, and the widest verify against one row."""
+    one, full = p.verify(1) * scale, p.verify(cap + 1) * scale
+    step = (p.step or 0.0) * scale
+    return (f"draft step {1000 * step:.1f} ms vs target step {1000 * one:.1f} ms ({step / one:.2f}x); "
+            f"verify of {cap + 1} rows {1000 * full:.1f} ms vs one row {1000 * one:.1f} ms ({full / one:.2f}x)")

@@ -1,0 +1,283 @@
+"""The draft-length policy's model (specllama.policy): the machine's costs,
+acceptance by position, and the choice they imply, on synthetic timings.
+How the choice fares over whole processes is the simulator's
+(benchmarks/policy_sim.py, tests/test_policy_sim.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from specllama.policy import (
+    AdaptivePolicy,
+    FixedPolicy,
+    PassRecord,
+    Plan,
+    WarmUp,
+    expected_tokens,
+    warm_up_rows,
+)
+from specllama.policy.acceptance import LEAN_WEIGHT, PRIOR_ACCEPT, PRIOR_WEIGHT, AcceptanceModel
+from specllama.policy.costs import LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
+
+# a machine as the demo pair's: a 1-row pass 43 ms, each further row 5 ms, a draft step 16 ms
+ONE, PER_ROW, STEP_S = 0.043, 0.005, 0.016
+
+
+def verify(rows: int) -> float:
+    return ONE + PER_ROW * (rows - 1)
+
+
+def warm(policy, scale: float = 1.0, *, rows=(1, 2, 9), step: float = STEP_S, noise: float = 0.02,
+         seed: int = 0) -> None:
+    """The warm-up's timings of this machine, every one ``scale`` times its cost, +-``noise``."""
+    rng = np.random.default_rng(seed)
+    jitter = lambda: 1 + noise * (2 * rng.random() - 1)  # noqa: E731
+    policy.observe_warm_up(WarmUp([step * scale * jitter() for _ in range(5)],
+                                  {r: [verify(r) * scale * jitter() for _ in range(5)] for r in rows}))
+
+
+def drafting_pass(k: int, kept: int, scale: float = 1.0) -> PassRecord:
+    return PassRecord(n_drafted=k, n_accepted=kept, draft_seconds=k * STEP_S * scale,
+                      verify_seconds=verify(k + 1) * scale, rows=k + 1, first_step=STEP_S * scale)
+
+
+def target_pass(scale: float = 1.0) -> PassRecord:
+    return PassRecord(n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=ONE * scale, rows=1)
+
+
+# -- costs: a shared level, an offset per kind ------------------------------------------------------------------
+
+
+def test_a_busier_machine_moves_the_level_and_leaves_the_ratios():
+    """Every kind timed 1.5x (another process got busy): the level follows,
+    and the ratio of a 9-row pass to a 1-row pass, which decisions read, stays
+    within 5% of the machine's (a model of separate kinds would read it 1.5x);
+    a kind not timed since (the 1-row pass, while drafting) follows the level
+    too."""
+    m = MachineModel()
+    for _ in range(20):
+        for kind, seconds in ((1, verify(1)), (9, verify(9)), (STEP, STEP_S)):
+            m.observe(kind, seconds)
+    for _ in range(60):  # only drafting passes now, on a machine 1.5x slower
+        m.observe(9, 1.5 * verify(9))
+        m.observe(STEP, 1.5 * STEP_S)
+    assert m.seconds(9) / m.seconds(1) == pytest.approx(verify(9) / verify(1), rel=0.05)
+    assert m.seconds(1) == pytest.approx(1.5 * verify(1), rel=0.08)  # never timed on the slower machine
+
+
+def test_a_cold_timing_counts_as_twice_the_cost_at_most():
+    """A pass 10x its cost (cold caches) moves the level by at most
+    LEVEL_GAIN x log 2 and leaves the other kinds' ratios alone."""
+    m = MachineModel()
+    for _ in range(30):
+        m.observe(1, verify(1))
+        m.observe(9, verify(9))
+    before = (m.level, m.seconds(9) / m.seconds(1))
+    m.observe(1, 10 * verify(1))
+    assert m.level - before[0] <= LEVEL_GAIN * OUTLIER + 1e-12
+    assert m.seconds(9) / m.seconds(1) == pytest.approx(before[1], rel=0.35)
+    assert m.seconds(9) / m.seconds(1) > before[1] / 2  # not the 10x a raw timing would make of it
+
+
+def test_decoding_judges_the_warm_up_by_how_far_off_it_was():
+    """The warm-up times the models alone. Where decoding's first timing of a
+    kind agrees with it (within the noise), the warm-up's five timings keep
+    most of their weight; where it is 2x off (a GPU's draft step, 0.61x), the
+    first timing of decoding nearly replaces it, and the other kinds the
+    warm-up timed are then doubted (their variance grows)."""
+    agree, off = AdaptivePolicy(), AdaptivePolicy()
+    for p in (agree, off):
+        warm(p)
+    agree.observe(drafting_pass(8, 8))
+    assert agree.costs.seconds(STEP) == pytest.approx(STEP_S, rel=0.03)
+    assert agree.costs.doubt < 0.02
+    off.observe(drafting_pass(8, 8, scale=2.0))  # this pass's draft steps and 9-row pass, 2x the warm-up's
+    assert off.costs.seconds(STEP) / off.costs.seconds(1) > 1.7 * STEP_S / ONE
+    assert off.costs.doubt > 0.1 and off.costs.uncertainty(2) > 0.1  # the 2-row pass, still the warm-up's: doubted
+
+
+def test_the_row_curve_is_a_line_through_two_counts_and_doubts_the_rows_between():
+    """Timed at 2 and 9 rows only, the curve is the line through them, and a
+    draw doubts the counts between more than the timed ones."""
+    values, weights = {2: 0.048, 9: 0.083}, {2: 5.0, 9: 5.0}
+    line = curve(values, weights, range(2, 10))
+    assert [line[r] for r in range(2, 10)] == pytest.approx([0.048 + 0.005 * (r - 2) for r in range(2, 10)])
+    rng = np.random.default_rng(0)
+    draws = np.array([[curve(values, weights, range(2, 10), 1e-4, rng)[r] for r in range(2, 10)]
+                      for _ in range(400)])
+    spread = draws.std(axis=0)
+    assert spread[3] > 1.15 * max(spread[0], spread[7])  # 5 rows, untimed, against 2 and 9
+
+
+def test_on_a_gpu_a_dear_switch_is_told_apart_by_its_noise():
+    m = MachineModel()
+    for _ in range(10):
+        m.observe(1, ONE)
+    assert not m.switch_dear()
+    for _ in range(5):
+        m.observe_switch(1, 1.02 * ONE)  # within the noise
+    assert not m.switch_dear()
+    for _ in range(5):
+        m.observe_switch(1, 1.5 * ONE)
+    assert m.switch_dear() and math.exp(m.switch) > 1.2
+
+
+# -- acceptance --------------------------------------------------------------------------------------------------
+
+
+def test_the_agreement_check_sets_the_prior_and_positions_lean_on_their_neighbours():
+    a = AcceptanceModel()
+    a.observe_agreement(16, 16)
+    assert a.pooled() == pytest.approx(((16 + PRIOR_ACCEPT * PRIOR_WEIGHT) / (16 + PRIOR_WEIGHT), 16 + PRIOR_WEIGHT))
+    b = AcceptanceModel()
+    b.observe_agreement(8, 16)
+    assert b.pooled()[0] == pytest.approx((8 + PRIOR_ACCEPT * PRIOR_WEIGHT) / 20)
+    for _ in range(3):  # three passes that kept 2 of 4: positions 0 and 1 kept, 2 rejected
+        a.observe(4, 2)
+    means = a.means(4)
+    pooled = a.pooled()[0]
+    assert means[0] == pytest.approx((3 + pooled * LEAN_WEIGHT) / (3 + LEAN_WEIGHT))
+    assert means[2] < means[1] and means[3] == pytest.approx(means[2])  # never tried: its neighbour's
+
+
+def test_records_fade_with_every_pass_so_an_old_verdict_is_forgotten():
+    a = AcceptanceModel()
+    for _ in range(6):
+        a.observe(8, 0)  # the first passes of a text: all rejected
+    low = a.means(1)[0]
+    for _ in range(300):
+        a.fade()  # target-only passes
+    assert low < 0.3 and a.means(1)[0] > 0.75
+
+
+def test_a_draw_of_the_rates_centres_on_the_estimates():
+    a = AcceptanceModel()
+    for _ in range(200):
+        a.observe(4, 3)
+    rng = np.random.default_rng(1)
+    draws = np.array([a.sample(4, rng) for _ in range(2000)])
+    assert draws.mean(axis=0) == pytest.approx(a.means(4), abs=0.01)
+    assert expected_tokens([0.5, 0.5], 2) == 1.75
+
+
+# -- the choice ----------------------------------------------------------------------------------------------------
+
+
+def settled(policy, accept: float, passes: int, *, k: int = 8) -> None:
+    """``passes`` drafting passes at ``k`` kept at rate ``accept`` (seeded), and as many target-only passes."""
+    rng = np.random.default_rng(2)
+    for _ in range(passes):
+        kept = 0
+        while kept < k and rng.random() < accept:
+            kept += 1
+        policy.observe(drafting_pass(k, kept))
+        policy.observe(target_pass())
+
+
+def true_rate(k: int, accept: float) -> float:
+    return expected_tokens([accept] * k, k) / ((k * STEP_S if k else 0) + verify(k + 1))
+
+
+@pytest.mark.parametrize("accept", [0.3, 0.8, 0.95])
+def test_once_the_costs_are_known_the_choices_run_at_the_best_ks_speed(accept):
+    """Costs and acceptance well measured: over 200 choices, the true speed
+    of the draft lengths chosen is >= 98% of the best fixed k's (target-only
+    at 0.3, long drafts at 0.95; near the best, neighbours differ by 1-2%, and
+    a draw explores those near ties)."""
+    p = AdaptivePolicy()
+    warm(p)
+    for k in range(1, 9):
+        p.observe(drafting_pass(k, 0))  # every row count timed once
+    best = max(range(9), key=lambda k: true_rate(k, accept))
+    settled(p, accept, 100, k=best or 1)
+    ks = [p.choose(8).k for _ in range(200)]
+    assert np.mean([true_rate(k, accept) for k in ks]) >= 0.98 * true_rate(best, accept)
+    assert (best == 0) == (sum(k == 0 for k in ks) > 100)
+
+
+def test_where_even_perfect_acceptance_cannot_pay_it_says_so_and_decodes_target_only():
+    """A draft step as dear as a target step (the coder pair on 2 cores is near
+    that): the costs' verdict, in words, with its probability; the draft is not
+    fed; and the choice is k = 0 in >= 98% of 500 passes."""
+    p = AdaptivePolicy()
+    p.observe_warm_up(WarmUp([0.05] * 5, {1: [0.01] * 5, 2: [0.018] * 5, 9: [0.09] * 5}))
+    assert p.verdict(8).startswith("drafting cannot pay on this machine for this pair, even if every draft were "
+                                   "accepted (probability 1.00): draft step 50.0 ms vs target step 10.0 ms (5.00x)")
+    assert p.costs_in_words(8) == p.verdict(8) and not p.drafting(8)
+    ks = []
+    for _ in range(500):
+        ks.append(p.choose(8).k)
+        p.observe(target_pass())
+    assert sum(k == 0 for k in ks) >= 0.98 * len(ks)
+
+
+def test_a_probe_replaces_an_exploration_whose_catch_up_is_dear():
+    """Target-only for long (the draft 300 tokens behind), where a draw now and
+    then says drafting pays and the estimates say it does not: the policy times
+    that pass padded, with a draft step, instead of catching the draft up."""
+    p = AdaptivePolicy()
+    warm(p, step=0.7 * ONE)  # drafting breaks even at perfect acceptance, before a catch-up of 300 tokens
+    p.observe_agreement(16, 16)
+    p.new_sequence(300, draft_fed=False)
+    plans = []
+    for _ in range(600):
+        plans.append(p.choose(8))
+        p.observe(target_pass() if not plans[-1].pad else PassRecord(
+            n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=verify(1 + plans[-1].pad),
+            rows=1 + plans[-1].pad, probe_step=0.7 * ONE))
+    assert all(plan.k == 0 for plan in plans)  # never a catch-up of hundreds of tokens for a draw
+    assert 1 <= sum(plan.pad > 0 for plan in plans) <= 60
+
+
+def test_on_a_gpu_a_new_draft_length_is_kept_until_it_settles():
+    """Where a pass after another shape costs more (CUDA graphs), a new draft
+    length is kept for SETTLED passes, so that one of them times its cost:
+    drafts all rejected for 40 passes, then all kept."""
+    p = AdaptivePolicy()
+    p.observe_warm_up(WarmUp([0.0004] * 5, {1: [ONE / 30] * 5, 2: [0.002] * 5, 9: [0.003] * 5},
+                             switch_one_row=[2 * ONE / 30] * 5))
+    assert p.costs.switch_dear()
+    ks = []
+    for i in range(120):
+        k = p.choose(8).k
+        ks.append(k)
+        p.observe(PassRecord(n_drafted=k, n_accepted=k if i >= 40 else 0, draft_seconds=0.0004 * k,
+                             verify_seconds=0.0014 + 0.0002 * k, rows=k + 1, first_step=0.0004 if k else None))
+    runs = [len(list(group)) for _, group in itertools.groupby(ks)]
+    assert len(runs) >= 3 and min(runs[:-1]) >= 3
+
+
+def test_the_choice_repeats_given_the_same_history():
+    """The choice reads past passes and the policy's own generator only: two
+    policies told the same passes choose the same draft lengths."""
+    a, b = AdaptivePolicy(), AdaptivePolicy()
+    for p in (a, b):
+        warm(p)
+        settled(p, 0.9, 20)
+    assert [a.choose(8) for _ in range(50)] == [b.choose(8) for _ in range(50)]
+
+
+def test_minimum_and_cap_bound_every_choice_and_a_fixed_policy_drafts_k():
+    p = AdaptivePolicy()
+    warm(p, step=2 * ONE)  # drafting cannot pay
+    assert all(p.choose(8, minimum=2).k >= 2 for _ in range(20))
+    assert p.choose(1, minimum=2).k == 1 and p.choose(0).k == 0
+    assert [FixedPolicy(4).choose(cap) for cap in (8, 3, 0)] == [Plan(4), Plan(3), Plan(0)]
+    assert warm_up_rows(8) == (1, 2, 9) and warm_up_rows(1) == (1, 2) and warm_up_rows(0) == (1,)
+
+
+def test_a_snapshot_seeds_a_later_process():
+    p = AdaptivePolicy()
+    warm(p)
+    settled(p, 0.9, 50)
+    saved = p.snapshot()
+    q = AdaptivePolicy()
+    q.seed(saved)
+    assert q.costs.seconds(9) == pytest.approx(p.costs.seconds(9)) and q.costs.seconds(STEP) == pytest.approx(
+        p.costs.seconds(STEP))
+    assert max(q.acceptance.tried) == pytest.approx(4.0)  # a remembered record weighs as four passes
+    assert q.acceptance.means(4) == pytest.approx(p.acceptance.means(4), abs=0.05)
