@@ -340,7 +340,7 @@ def test_a_low_draw_moves_the_multi_row_curve_little():
 
 
 def test_the_multi_row_curve_smooths_a_measured_kink_to_within_3_percent():
-    """The demo pair's measured passes (2-core VM, benchmarks/runs/row-costs-2026-12-03: a 7.8 ms step
+    """The demo pair's measured passes (2-core VM, benchmarks/history/runs/row-costs-2026-12-03: a 7.8 ms step
     between 6 and 7 rows where the others are 3-4.5 ms), 8 timings each: the curve is within 3% of every
     count's own timing (6 rows +2.7%, 7 rows -2.3%), within 0.6% of a straight line through them (+3.0%,
     -2.4%): at ROW_SMOOTHING a kink this size is mostly smoothed away (what the simulator's machines with
@@ -591,7 +591,7 @@ def test_a_verdict_turned_on_a_recheck_s_slow_1_row_passes_is_taken_back_once_de
     times others (an exploration of k = 0 every 3 x EXPLORE_EVERY passes), the
     policy would draft at a loss for 149 of 300 passes, as the coder pair did
     after 5 of 15 rechecks in a slower period on a 2-core VM (75 drafting passes
-    at 0.574 of target-only in one run; benchmarks/RESULTS.md, "The coder pair
+    at 0.574 of target-only in one run; benchmarks/history/RESULTS-2026.md, "The coder pair
     at 0.8, 20 rotated rounds, twice"). A turned verdict is confirmed by decoding:
     every CONFIRM_EVERY-th pass is target-only until CONFIRM 1-row passes are
     timed. Once decoding's outnumber the recheck's, their median is the 1-row

@@ -82,7 +82,7 @@ class Machine:
 # evaluation of two tokens 1.23x one (benchmarks/acceptance_traces.py: 34.4 and 28.0 ms)
 DEMO = Machine(rows=((1, 0.043), (9, 0.043 * 2.7)), draft_step=0.016, catch_up_per_token=0.0016,
                draft_two_tokens=0.016 * 1.23)
-# the demo pair as measured on a 2-core VM, a pass of each row count 1..9 (benchmarks/runs/row-costs-2026-12-03:
+# the demo pair as measured on a 2-core VM, a pass of each row count 1..9 (benchmarks/history/runs/row-costs-2026-12-03:
 # the second row 1.60x one, a 7.8 ms step between 6 and 7 rows where the others are 3-4.5 ms), a draft step 13.7 ms
 # and two tokens 15.5 ms
 DEMO_MEASURED = Machine(rows=((1, 0.0287), (2, 0.0459), (3, 0.0504), (4, 0.0545), (5, 0.0579), (6, 0.0611),
@@ -378,8 +378,8 @@ def cannot_pay_run(accept: float) -> tuple[float, int, int, int]:
 
 
 # The demo pair on an H200, temperature 0, as fresh processes paid in decoding (benchmarks/RESULTS.md, "On a GPU";
-# benchmarks/runs/gpu-2026-12-04/out/robust.json): a target-only token 1.48 ms; passes of 3, 5 and 9 rows 2.6, 3.4
-# and 4.3 ms; a drafted token 1.75 ms. A drafted token costs more than a target-only one: no k pays.
+# benchmarks/history/runs/gpu-2026-12-04/out/robust.json): a target-only token 1.48 ms; passes of 3, 5 and 9
+# rows 2.6, 3.4 and 4.3 ms; a drafted token 1.75 ms. A drafted token costs more than a target-only one: no k pays.
 GPU_DEMO = Machine(rows=((1, 0.00148), (2, 0.0022), (3, 0.0026), (5, 0.0034), (9, 0.0043)), draft_step=0.00175,
                    catch_up_per_token=0.0002, draft_two_tokens=0.002)
 # ... and as its warm-ups timed it: the models' evaluations alone, a 1-row pass 1.4-2.3x decoding's, a 2-row pass
@@ -444,7 +444,7 @@ def test_where_a_pass_after_another_shape_costs_more_the_policy_prices_target_on
     timed a switch, and so did every 1-row pass that drafting timed:
     benchmarks/policy_sim.py --policy-from d68a724 reads 0.934 and 0.874 at
     1.5x, 0.780 and 0.587 at 2x (drafting in 10% and 48% of passes), where
-    that policy's fresh processes on the H200 read 0.58-0.59 (benchmarks/RESULTS.md,
+    that policy's fresh processes on the H200 read 0.58-0.59 (benchmarks/history/RESULTS-2026.md,
     "On a GPU, again: CUDA graphs"). Now 0.977-0.984, drafting in 0.3-0.5%."""
     ratio, drafting, k_best = graphs_run(gpu_graphs(switch), accept)
     assert k_best == 0
@@ -537,13 +537,13 @@ def test_a_verdict_turned_by_moments_of_slow_1_row_passes_is_confirmed_by_decodi
     """The coder pair's costs with the 1-row passes alone 1.6x dearer for 6
     passes in each hundred (a moment that weighs on short passes, one guess
     at why rechecks turned the coder pair's verdict in a slower period on a
-    2-core VM: benchmarks/RESULTS.md, "The coder pair at 0.8, 20 rotated
+    2-core VM: benchmarks/history/RESULTS-2026.md, "The coder pair at 0.8, 20 rotated
     rounds, twice"). A recheck within such a moment times its 1-row passes
     dear and its probes calm, and turns the verdict; drafting passes then time
     no 1-row pass, and the policy drafted on after the moment: 0.892 of
     target-only under the same moments, 19% of passes drafting (--policy-from
     3343db7). Confirmed by decoding (adaptive.CONFIRM): 0.935, 3.3%
-    (benchmarks/runs/confirm-2026-12-04/one_row_moments.py). Bounds between:
+    (benchmarks/history/RESULTS-2026.md, "A turned verdict confirmed by decoding"). Bounds between:
     >= 0.92, <= 8% (regression bounds, not the issue's goal)."""
     ratio, drafting, passes, _ = busy_moments_run(6, one_row_only=True)
     assert drafting <= 0.08 * passes, (drafting, passes)
@@ -737,7 +737,7 @@ def test_on_real_generations_the_worst_runs_stay_near_the_noise_floor(kind):
     assert np.percentile(ours, 10) >= np.percentile(control, 10) - 0.03
 
 
-# The demo pair's costs on a faster VM (benchmarks/RESULTS.md, "A faster VM"; a target pass by rows
+# The demo pair's costs on a faster VM (benchmarks/history/RESULTS-2026.md, "A faster VM"; a target pass by rows
 # as benchmarks/policy_trace.py timed them, medians): a draft step 0.44x a target step and 2 rows
 # 1.5x one, so short drafts cannot pay there, only long ones at high acceptance.
 FAST_VM = Machine(rows=((1, 0.0394), (2, 0.058), (3, 0.064), (5, 0.072), (7, 0.080), (9, 0.093)),
@@ -773,8 +773,8 @@ def test_a_text_whose_first_drafts_miss_does_not_end_drafting():
     assert float(np.percentile(ratios, 10)) >= 0.93
 
 
-# The chat pair (SmolLM2) on a 2-core AMD EPYC VM (benchmarks/RESULTS.md, "After the give-up fix", 30 traced
-# fresh processes: benchmarks/policy_trace.py --pair demo-chat --prompt code --temp 0): a real target-only
+# The chat pair (SmolLM2) on a 2-core AMD EPYC VM (benchmarks/history/RESULTS-2026.md, "After the give-up fix",
+# 30 traced fresh processes: benchmarks/policy_trace.py --pair demo-chat --prompt code --temp 0): a real target-only
 # pass 21.5 ms, a 9-row pass 52 ms, a draft step 11.3 ms, a first step after a pass that kept all its
 # drafts 19.6 ms; the warm-up's 1-row passes took 18.8 ms (0.87x the real ones), and it checked 14 of 16
 # greedy tokens agreed. Drafting pays, but thinly on the warm-up's costs: perfect acceptance at k = 8
@@ -786,9 +786,9 @@ THIN_ACCEPT = 0.97  # the chat pair keeps 0.94-1.00 of its drafts at temperature
 THIN_PROCESSES = 48
 
 
-# A warm-up in a busy moment (benchmarks/RESULTS.md, "The chat pair's chat prompt at temperature 0, traced": one
-# run's warm-up timed its 9-row passes at 56.6 ms in four of its five rounds, 42 in the fifth): benchmarks/policy_sim.py
-# prints this case; no test asserts it yet
+# A warm-up in a busy moment (benchmarks/history/RESULTS-2026.md, "The chat pair's chat prompt at temperature 0,
+# traced": one run's warm-up timed its 9-row passes at 56.6 ms in four of its five rounds, 42 in the fifth):
+# benchmarks/policy_sim.py prints this case; no test asserts it yet
 CHAT_EPYC_BUSY_WARM_UP = {CAP + 1: 56.6 / 42}
 
 
