@@ -74,8 +74,9 @@ def run(cmd: list[str], out: Path | None = None, timeout: float = 600, env: dict
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         text, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as e:
-        text, rc = f"{e.stdout or ''}{e.stderr or ''}", "timeout"
+    except subprocess.TimeoutExpired as e:  # its output so far comes as bytes
+        text = b"".join(x for x in (e.stdout, e.stderr) if isinstance(x, bytes)).decode(errors="replace")
+        rc = "timeout"
     if out:
         out.write_text(text)
     print(text[-3000:], f"(rc {rc})", sep="\n", flush=True)
@@ -199,7 +200,8 @@ def generate(label: str, model: list[str], prompt: str, flags: list[str], out: P
         except (subprocess.TimeoutExpired, json.JSONDecodeError):
             print(f"{label}: no result")
             return None
-    result.pop("text", None), result.pop("origins", None)
+    for bulky in ("text", "origins"):
+        result.pop(bulky, None)
     with open(out, "a") as f:
         f.write(json.dumps(result) + "\n")
     return result
