@@ -22,7 +22,7 @@ fixed setting is target-only, and a round of target-only, the default and
 target-only's twin takes a fraction of the time fixed drafts need there; where
 the best fixed k is 8 (the demo pair at 0.8), its own twin measures the noise of
 the comparison that counts (a longer draft's speed moves more with its text's
-acceptance: over 20 rounds, benchmarks/runs/confirm-2026-12-04/rob46_demo.json,
+acceptance: over 20 rounds, benchmarks/history/runs/confirm-2026-12-04/rob46_demo.json,
 default / k = 8's 10th percentile read 0.900 where k = 4's twin read 0.953).
 
 At temperature > 0 every configuration samples a text of its own from the same

@@ -36,7 +36,7 @@ DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
 #: the acceptance rules: token-wise (:func:`accept_tokens`) and block verification (:func:`accept_block`)
 RULES = ("token", "block")
-DEFAULT_RULE = "block"  # at least as fast as token-wise everywhere measured (benchmarks/RESULTS.md)
+DEFAULT_RULE = "block"  # keeps more tokens a pass than token-wise (benchmarks/RESULTS.md#steady-state-in-one-process)
 
 
 class UniformSource(Protocol):
