@@ -89,8 +89,11 @@ def get_pair(name: str) -> Pair:
     pairs = curated_pairs()
     if name not in pairs:
         from .demo import BUILTIN_PAIRS
+        from .saved_pairs import saved_pairs
 
-        known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(pairs))
+        saved = sorted(saved_pairs())
+        known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(pairs)) + (
+            f", {', '.join(saved)} (saved by specllama pair --save)" if saved else "")
         raise SpecLlamaError(f"unknown pair {name!r}; known: {known} (see specllama models)")
     return pairs[name]
 
