@@ -56,7 +56,7 @@ def resolve_paths(model: object, draft: object, pair: str | None = None, *,
     if draft == AUTO_DRAFT:
         from .pairing import auto_draft
 
-        return target, auto_draft(target.model_path if is_llama(target) else target).path  # type: ignore[union-attr]
+        return target, auto_draft(target.model_path if is_llama(target) else target).model.path  # type: ignore[union-attr]
     return target, _resolve(draft, "draft")
 
 
