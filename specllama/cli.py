@@ -233,7 +233,7 @@ def pair(target, dirs, save_as, n_gpu_layers, n_gpu_layers_draft, threads) -> No
     """Measure the local models that can draft for TARGET, and say which pays best here."""
     from tqdm import tqdm
 
-    from . import pairing
+    from . import pair_measure, pairing
     from .model_refs import resolve
     from .saved_pairs import check_name
 
@@ -241,14 +241,14 @@ def pair(target, dirs, save_as, n_gpu_layers, n_gpu_layers_draft, threads) -> No
         check_name(save_as)  # before anything is measured
     path = resolve(target, "target")
     model, drafts, refused = pairing.drafts_for(path, dirs)
-    with tqdm(total=pairing.n_runs(len(drafts)), desc="pair", unit="run", file=sys.stderr) as bar:
-        measured = pairing.measure_drafts(path, drafts, n_threads=threads, n_gpu_layers=n_gpu_layers,
+    with tqdm(total=pair_measure.n_runs(len(drafts)), desc="pair", unit="run", file=sys.stderr) as bar:
+        measured = pair_measure.measure_drafts(path, drafts, n_threads=threads, n_gpu_layers=n_gpu_layers,
                                           n_gpu_layers_draft=n_gpu_layers_draft, on_run=lambda: bar.update(1))
-    click.echo(pairing.format_pairing(model, measured, refused))
-    best = pairing.winner(measured)
-    click.echo(f"best draft: {best.candidate.model.ref} ({pairing.verdict_word(best)})")
+    click.echo(pair_measure.format_pairing(model, measured, refused))
+    best = pair_measure.winner(measured)
+    click.echo(f"best draft: {best.candidate.model.ref} ({pair_measure.verdict_word(best)})")
     if save_as is not None:
-        saved = pairing.save_winner(save_as, pairing.target_ref(target), measured)
+        saved = pair_measure.save_winner(save_as, pairing.target_ref(target), measured)
         click.echo(f"saved as {save_as!r} in {saved}: use --pair {save_as}")
 
 

@@ -122,6 +122,20 @@ def _pair_file(name: str, role: str) -> str:
     return resolve_model(name, role)  # a curated pair's cached file, or the value itself
 
 
+def check_pair(name: str) -> None:
+    """Raise, listing the pairs there are, unless ``name`` is a pair: built in, curated, or saved."""
+    from .demo import BUILTIN_PAIRS
+    from .pairs import curated_pairs
+    from .saved_pairs import saved_pairs
+
+    saved = saved_pairs()
+    if name in BUILTIN_PAIRS or name in saved or name in curated_pairs():
+        return
+    known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(curated_pairs())) + (
+        f", {', '.join(sorted(saved))} (saved by specllama pair --save)" if saved else "")
+    raise SpecLlamaError(f"unknown pair {name!r}; known: {known} (see specllama models)")
+
+
 def _checked_parts(path: str, ref: str) -> str:
     """``path``, after checking that every part of a split model is there."""
     for part in split_parts(path)[1:]:

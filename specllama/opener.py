@@ -19,14 +19,12 @@ from .backend import (
     is_llama,
 )
 from .cost_cache import cost_key, load
-from .demo import BUILTIN_PAIRS, DEMO
+from .demo import DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError, SpecLlamaWarning
-from .model_refs import resolve
+from .model_refs import check_pair, resolve
 from .options import check_rpc_servers, check_switch, check_tensor_split
-from .pairs import get_pair
-from .saved_pairs import saved_pair
 
 AUTO_DRAFT = "auto"  # -md auto: the local model that should pay best (specllama.pairing.auto_draft)
 
@@ -46,8 +44,7 @@ def resolve_paths(model: object, draft: object, pair: str | None = None, *,
     if model is None and draft is None:
         pair = pair or default_pair
     if pair is not None:
-        if pair not in BUILTIN_PAIRS and saved_pair(pair) is None:
-            get_pair(pair)  # an unknown name is an error here, not a missing file
+        check_pair(pair)  # an unknown name is an error here, not a missing file
         model = pair if model is None else model
         draft = pair if draft is None else draft
     if model is None:

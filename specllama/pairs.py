@@ -89,11 +89,8 @@ def get_pair(name: str) -> Pair:
     pairs = curated_pairs()
     if name not in pairs:
         from .demo import BUILTIN_PAIRS
-        from .saved_pairs import saved_pairs
 
-        saved = sorted(saved_pairs())
-        known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(pairs)) + (
-            f", {', '.join(saved)} (saved by specllama pair --save)" if saved else "")
+        known = ", ".join(sorted(BUILTIN_PAIRS)) + " (built in), " + ", ".join(sorted(pairs))
         raise SpecLlamaError(f"unknown pair {name!r}; known: {known} (see specllama models)")
     return pairs[name]
 
