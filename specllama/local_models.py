@@ -287,9 +287,8 @@ class Candidate:
 def candidates(target: LocalModel, models: Iterable[LocalModel]) -> list[Candidate]:
     """Every other model as a draft for ``target``, best expected speed-up first."""
     out = []
-    real = os.path.realpath(target.path)
     for m in models:
-        if os.path.realpath(m.path) == real:
+        if m.path == target.path:  # a scan names each file once
             continue
         if not compatible(target, m):
             out.append(Candidate(m, 1.0, 0, vocabulary_reason(target, m), False))
@@ -381,10 +380,15 @@ def format_scan(found: Scan) -> str:
                                     human_size(m.size), str(m.context)] for m in group]
         widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-        pairs = [(target, c) for target in group for c in candidates(target, group) if c.reason is None]
-        for target, c in pairs:
-            lines.append(f"  pair: -m {target.ref} -md {c.model.ref}  (expected {c.expected:.2f}x from sizes; "
-                         f"a token costs {cost_ratio(target, c.model):.2f}x)")
+        pairs = 0
+        for target in group:
+            good = [c for c in candidates(target, group) if c.reason is None]
+            if good:
+                pairs += 1
+                best = good[0]
+                more = f"; {len(good) - 1} more could draft" if len(good) > 1 else ""
+                lines.append(f"  pair: -m {target.ref} -md {best.model.ref}  (expected {best.expected:.2f}x from "
+                             f"sizes; a token costs {cost_ratio(target, best.model):.2f}x{more})")
         if not pairs:
             lines.append("  pair: none (no model here is much cheaper per token than another)")
         lines.append("")

@@ -11,6 +11,8 @@ before any model loads.
 
 from __future__ import annotations
 
+import functools
+
 # What header_speedup assumes before anything is measured: a same-tokenizer pair's token acceptance
 # (the papers' and llama.cpp's same-family pairs keep 0.6-0.8); it only ranks candidates,
 # `specllama pair` measures them.
@@ -30,6 +32,7 @@ def predicted_speedup(acceptance: float, k: float, t_target: float, t_draft: flo
     return expected * t_target / (k * t_draft + t_verify)
 
 
+@functools.lru_cache(maxsize=4096)  # a listing asks it for every pair of models, most of them alike
 def header_speedup(cost_ratio: float, *, acceptance: float = ASSUMED_ACCEPTANCE,
                    draft_max: int = HEADER_DRAFT_MAX) -> tuple[float, int]:
     """The best expected speed-up, and its draft length, for a draft that costs
