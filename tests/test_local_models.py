@@ -45,7 +45,7 @@ def add_ollama(root: Path, host: str, namespace: str, model: str, tag: str, cont
     """One model in an Ollama store: its blob (content None: the blob is missing) and its manifest."""
     digest = hashlib.sha256(content or b"gone").hexdigest()
     if content is not None:
-        (root / "blobs").mkdir(exist_ok=True)
+        (root / "blobs").mkdir(parents=True, exist_ok=True)
         (root / "blobs" / f"sha256-{digest}").write_bytes(content)
     manifest = root / "manifests" / host / namespace / model / tag
     manifest.parent.mkdir(parents=True, exist_ok=True)

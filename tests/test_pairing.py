@@ -150,3 +150,21 @@ def test_pair_with_no_draft_of_its_vocabulary_says_why(folder, foreign_draft):
         f"Error: pair: no local model should pay as a draft for {foreign}: "
         f"{folder / 'tiny-deep.gguf'}: token {i} is {KING} in the draft but {KONG} in the target; "
         f"{folder / 'tiny-draft.gguf'}: token {i} is {KING} in the draft but {KONG} in the target\n")
+
+
+def test_the_llm_plugin_takes_store_references_and_saved_pairs(folder, tiny_pair):
+    from llm.cli import cli
+
+    from .test_local_models import add_ollama
+
+    deep, draft = folder / "tiny-deep.gguf", folder / "tiny-draft.gguf"
+    root = Path(os.environ["OLLAMA_MODELS"])
+    add_ollama(root, "registry.ollama.ai", "library", "tiny", "latest", Path(tiny_pair[0]).read_bytes())
+    added = CliRunner().invoke(cli, ["specllama", "add", "oll", "ollama:tiny", str(draft)])
+    assert added.output == f"Added specllama-oll: target ollama:tiny, draft {draft}\n"  # kept as a reference
+    missing = CliRunner().invoke(cli, ["specllama", "add", "gone", "ollama:gone", str(draft)])
+    assert missing.exit_code == 1 and missing.output.startswith("Error: target: ollama:gone: no such model")
+    save_pair("mine", str(deep), str(draft))
+    listed = CliRunner().invoke(cli, ["models"]).output.splitlines()
+    assert [line for line in listed if "specllama-" in line and "demo" not in line] == [
+        "SpecLlama: specllama-oll", "SpecLlama: specllama-mine"]
