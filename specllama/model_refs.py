@@ -83,6 +83,12 @@ def is_store_ref(value: object) -> bool:
     return isinstance(value, str) and value.startswith(PREFIXES)
 
 
+def model_id(value: object, path: str) -> str:
+    """How a model is named to a server's clients: a store reference as given (its file is a blob's
+    hash, for Ollama), else its file's name."""
+    return value if is_store_ref(value) else os.path.basename(path)  # type: ignore[return-value]
+
+
 def resolve(value: str, role: str) -> str:
     """The GGUF path a reference names (see the module's doc).
 

@@ -339,3 +339,8 @@ def test_candidates_rank_by_the_engines_check_and_the_cost(stores, tiny_pair, fo
     assert found[2].reason == f"token {foreign_draft[1]} is {kong} in the draft but {king} in the target"
     same = candidates(same_size, [draft])[0]
     assert same.reason == "a token costs 1.00x the target's, so it should not pay (expected 1.00x at best, below 1.1x)"
+
+
+def test_a_server_names_a_store_model_by_its_reference():
+    assert model_refs.model_id("ollama:qwen2.5-coder:7b", "/o/blobs/sha256-12ab") == "ollama:qwen2.5-coder:7b"
+    assert model_refs.model_id("/models/tiny.gguf", "/models/tiny.gguf") == "tiny.gguf"
