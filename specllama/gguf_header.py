@@ -21,6 +21,7 @@ from .vocab import MAX_VOCAB_SIZE_DIFFERENCE
 
 MAGIC = b"GGUF"
 CHUNK = 1 << 20  # bytes read at a time
+MAX_STRING = 1 << 24  # a longer string is a damaged header, not a chat template: never read a file's weights
 TOKENS_KEY = "tokenizer.ggml.tokens"
 # value type -> struct format of a scalar (8: string, 9: array)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -114,8 +115,14 @@ class _Reader:
         self.buf, self.pos = b"", 0
         self.f.seek(self.base)
 
+    def length(self, n: int) -> int:
+        if n > MAX_STRING:
+            raise HeaderError(f"{self.path}: the GGUF header is malformed (a string of {n} bytes at byte "
+                              f"{self.base + self.pos})")
+        return n
+
     def string(self) -> str:
-        n = self.unpack(_U64)
+        n = self.length(self.unpack(_U64))
         self.need(n)
         value = self.buf[self.pos:self.pos + n]
         self.pos += n
@@ -139,7 +146,7 @@ class _Reader:
         unpack = _U64.unpack_from
         while i < stop:
             self.need(8)
-            self.need(8 + unpack(self.buf, self.pos)[0])
+            self.need(8 + self.length(unpack(self.buf, self.pos)[0]))
             buf, pos, start = self.buf, self.pos, self.pos
             end = len(buf)
             while i < stop and pos + 8 <= end:
@@ -194,7 +201,7 @@ def read_header(path: str | os.PathLike, *, tokens: bool = False) -> Header:
             return _read(_Reader(f, path, size), path, size, tokens)
     except OSError as e:
         raise HeaderError(f"{path}: cannot read it ({e.strerror})") from None
-    except (UnicodeDecodeError, OverflowError, MemoryError, ValueError) as e:
+    except (UnicodeDecodeError, OverflowError, MemoryError, ValueError, struct.error) as e:
         if isinstance(e, HeaderError):
             raise
         raise HeaderError(f"{path}: the GGUF header is malformed ({type(e).__name__})") from None

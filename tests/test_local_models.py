@@ -88,6 +88,13 @@ def test_a_header_cut_short_or_no_gguf_is_one_line(tmp_path, tiny_pair):
     with pytest.raises(HeaderError) as e:
         read_header(text)
     assert str(e.value) == f"{text}: not a GGUF file (it starts with b'hell', a GGUF file with b'GGUF')"
+    damaged = tmp_path / "damaged.gguf"
+    data = bytearray(Path(tiny_pair[0]).read_bytes())
+    data[24:32] = (1 << 40).to_bytes(8, "little")  # the first key's length: a terabyte
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(HeaderError) as e:
+        read_header(damaged)
+    assert str(e.value) == f"{damaged}: the GGUF header is malformed (a string of {1 << 40} bytes at byte 24)"
 
 
 def test_a_model_record_reads_sizes_from_the_header(tmp_path, tiny_pair):
