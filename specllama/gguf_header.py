@@ -115,14 +115,15 @@ class _Reader:
         self.buf, self.pos = b"", 0
         self.f.seek(self.base)
 
-    def length(self, n: int) -> int:
+    def length(self, n: int, at: int) -> int:
+        """A string's length ``n``, read at byte ``at``, if it is one a header can hold."""
         if n > MAX_STRING:
-            raise HeaderError(f"{self.path}: the GGUF header is malformed (a string of {n} bytes at byte "
-                              f"{self.base + self.pos})")
+            raise HeaderError(f"{self.path}: the GGUF header is malformed (a string of {n} bytes at byte {at})")
         return n
 
     def string(self) -> str:
-        n = self.length(self.unpack(_U64))
+        at = self.base + self.pos
+        n = self.length(self.unpack(_U64), at)
         self.need(n)
         value = self.buf[self.pos:self.pos + n]
         self.pos += n
@@ -146,7 +147,7 @@ class _Reader:
         unpack = _U64.unpack_from
         while i < stop:
             self.need(8)
-            self.need(8 + self.length(unpack(self.buf, self.pos)[0]))
+            self.need(8 + self.length(unpack(self.buf, self.pos)[0], self.base + self.pos))
             buf, pos, start = self.buf, self.pos, self.pos
             end = len(buf)
             while i < stop and pos + 8 <= end:
