@@ -222,6 +222,8 @@ def scan(dirs: Iterable[str | os.PathLike] = (), *, stores: bool = True) -> Scan
         for folder in default_places():
             found += folder_models(folder)
     for d in dirs:
+        if not os.path.exists(d):
+            problems.append(f"{d}: no such file or folder")
         found += folder_models(Path(d))
     index = _read_index()
     fresh: dict = {}
@@ -247,8 +249,8 @@ def scan(dirs: Iterable[str | os.PathLike] = (), *, stores: bool = True) -> Scan
             problems.append(kept["error"] if entry.ref == entry.path else f"{entry.ref}: {kept['error']}")
         else:
             models.append(LocalModel(**{**kept["model"], "ref": entry.ref, "path": entry.path}))
-    if fresh != index:
-        _write_index({**index, **fresh})
+    if any(index.get(k) != v for k, v in fresh.items()):
+        _write_index({k: v for k, v in index.items() if k not in fresh and os.path.exists(k)} | fresh)
     return Scan(models, problems)
 
 

@@ -72,8 +72,9 @@ def n_runs(n_drafts: int) -> int:
 
 
 def winner(measured: list[Measured]) -> Measured:
-    """The draft with the best measured speed-up."""
-    return max(measured, key=lambda m: (m.best_speedup, -m.candidate.model.cost_bytes))
+    """The draft with the best measured speed-up among those whose costs can pay (where none can, the
+    decoding is target-only whichever is taken, and a speed-up measured then is noise)."""
+    return max(measured, key=lambda m: (not m.cannot_pay, m.best_speedup, -m.candidate.model.cost_bytes))
 
 
 def save_winner(name: str, target_ref: str, measured: list[Measured]):

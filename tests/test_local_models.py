@@ -351,3 +351,9 @@ def test_candidates_rank_by_the_engines_check_and_the_cost(stores, tiny_pair, fo
 def test_a_server_names_a_store_model_by_its_reference():
     assert model_refs.model_id("ollama:qwen2.5-coder:7b", "/o/blobs/sha256-12ab") == "ollama:qwen2.5-coder:7b"
     assert model_refs.model_id("/models/tiny.gguf", "/models/tiny.gguf") == "tiny.gguf"
+
+
+def test_a_folder_that_is_not_there_is_one_line(stores, tmp_path):
+    result = CliRunner().invoke(main, ["models", "--dir", str(tmp_path / "nowhere")])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0, "no GGUF models found\n", f"skipped: {tmp_path / 'nowhere'}: no such file or folder\n")
