@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -357,3 +359,12 @@ def test_a_folder_that_is_not_there_is_one_line(stores, tmp_path):
     result = CliRunner().invoke(main, ["models", "--dir", str(tmp_path / "nowhere")])
     assert (result.exit_code, result.stdout, result.stderr) == (
         0, "no GGUF models found\n", f"skipped: {tmp_path / 'nowhere'}: no such file or folder\n")
+
+
+def test_models_local_loads_neither_llama_cpp_nor_numpy(stores):
+    code = ("import sys; from specllama.cli_group import main; "
+            f"main(['models', '--local', '--dir', {str(stores['models'])!r}], standalone_mode=False); "
+            "print(sorted(m for m in ('llama_cpp', 'numpy', 'gguf', 'specllama.cli') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}).stdout
+    assert out == "no GGUF models found\n[]\n"
