@@ -1,5 +1,6 @@
 """The user's state that specllama (and llm) can write, hashed: the cache folder (built demo models
-excepted), the remembered costs, the chat history, llm's user folder. CI takes a snapshot before the
+excepted; the local models' index is there), the remembered costs, the chat history, llm's user folder,
+the saved pairs. CI takes a snapshot before the
 tests and compares after: a test run must leave all of it as it was.
 
     python .ci/user_state.py snapshot FILE   # write the hashes to FILE
@@ -39,6 +40,7 @@ def watched() -> list[tuple[Path, bool]]:
         (_env_path("SPECLLAMA_COSTS_FILE", home / ".cache" / "specllama-costs"), False),
         (_env_path("SPECLLAMA_HISTORY_FILE", models / "chat_history"), False),
         (_env_path("LLM_USER_PATH", config / "io.datasette.llm"), False),
+        (config / "specllama", False),  # pairs saved by specllama pair --save
     ]
 
 

@@ -1,3 +1,3 @@
-from .cli import main
+from .cli_group import main
 
 main()

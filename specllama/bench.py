@@ -30,6 +30,7 @@ from .errors import SpecLlamaError
 from .generate import stream_generate
 from .options import DEFAULT_RULE
 from .sampling import SamplingParams
+from .speedup import predicted_speedup
 from .stats import GenerationStats
 
 _REPETITIVE = (
@@ -117,15 +118,6 @@ def load_prompts(path: str) -> list[tuple[str, str]]:
     if not prompts:
         raise SpecLlamaError(f"prompts file {path!r} is empty: give one prompt per line, or JSONL")
     return prompts
-
-
-def predicted_speedup(acceptance: float, k: float, t_target: float, t_draft: float, t_verify: float) -> float:
-    """Leviathan et al. Thm 3.8 with a measured verify cost (see module doc);
-    for the adaptive rows k is the mean draft length."""
-    if k == 0 or t_verify <= 0:
-        return 1.0
-    expected = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
-    return expected * t_target / (k * t_draft + t_verify)
 
 
 @dataclass

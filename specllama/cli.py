@@ -1,5 +1,6 @@
-"""The ``specllama`` command: parses flags, prints, and nothing else.
+"""The ``specllama`` commands that load models: parse flags, print, and nothing else.
 
+The group (:mod:`specllama.cli_group`) loads this module when one of them runs.
 Flags follow llama.cpp's names. Library errors become one-line
 ``click.ClickException`` messages here, at the boundary.
 """
@@ -7,12 +8,11 @@ Flags follow llama.cpp's names. Library errors become one-line
 from __future__ import annotations
 
 import json
-import signal
 import sys
 
 import click
 
-from .backend import DEFAULT_RPC_HOST, DEFAULT_RPC_PORT
+from .backend import DEFAULT_N_GPU_LAYERS, DEFAULT_RPC_HOST, DEFAULT_RPC_PORT
 from .cli_flags import (
     boundary,
     chat_format_option,
@@ -24,44 +24,15 @@ from .cli_flags import (
     model_options,
     n_predict_option,
 )
+from .cli_group import main  # noqa: F401 (specllama.cli:main, the entry point)
 from .colors import color_enabled, legend, styled
 from .demo import DEMO_CHAT
 from .generate import stream_generate
 from .opener import open_engine
 from .options import DEFAULT_MAX_TOKENS, DEFAULT_RULE, RULES, sampling_params
-from .server.command import serve
-from .verify_command import verify
 
 
-class OneLineErrors(click.Group):
-    """A command group whose usage errors are one line ("Error: ..."), with
-    no usage banner, like every other error of specllama's."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            # started in the background by a shell, which ignores SIGINT for its children:
-            # Ctrl-C (a SIGINT) must still stop a generation
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            click.echo(f"Error: {e.format_message()}", err=True)
-            sys.exit(e.exit_code)
-        except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(130)
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-
-@click.group(cls=OneLineErrors)
-@click.version_option(package_name="specllama")
-def main() -> None:
-    """Exact speculative decoding for llama.cpp GGUF models."""
-
-
-@main.command()
+@click.command()
 @model_options
 @grammar_options
 @click.option("-p", "--prompt", required=True, help="The prompt text.")
@@ -109,7 +80,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
             sys.exit(130)
 
 
-@main.command()
+@click.command()
 @model_options
 @grammar_options
 @click.option("-sys", "--system-prompt", "system_prompt", default=None, help="System prompt.")
@@ -170,7 +141,7 @@ def _word_list(choices):
     return parse
 
 
-@main.command()
+@click.command()
 @load_options
 @filter_options
 @click.option("--draft-max", "--spec-draft-n-max", "draft_maxes", metavar="1,2,4,8", default=None,
@@ -233,21 +204,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     click.echo(result.recommendation())
 
 
-@main.command()
-def models() -> None:
-    """List the curated draft/target pairs and which files are downloaded."""
-    from .pairs import cached_path, curated_pairs
-
-    for pair in curated_pairs().values():
-        click.echo(pair.name)
-        for f in (pair.target, pair.draft):
-            path = cached_path(f)
-            state = f"downloaded: {path}" if path else "not downloaded"
-            click.echo(f"  {f.role:<6}  {f.repo}/{f.filename}  ({f.size}; {state})")
-    click.echo("Download a pair with: specllama pull NAME; then use -m NAME -md NAME or --pair NAME.")
-
-
-@main.command()
+@click.command()
 @click.argument("name")
 @boundary
 def pull(name) -> None:
@@ -260,7 +217,42 @@ def pull(name) -> None:
     click.echo(f"use: specllama generate --pair {name} -p \"...\"")
 
 
-@main.command("rpc-server")
+@click.command()
+@click.argument("target")
+@click.option("--dir", "dirs", multiple=True, type=click.Path(), metavar="FOLDER",
+              help="Also look for drafts in this folder, recursively (repeatable).")
+@click.option("--save", "save_as", default=None, metavar="NAME",
+              help="Save the best draft with TARGET as the pair NAME (then --pair NAME in every command).")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1), default=DEFAULT_N_GPU_LAYERS,
+              show_default=True, help="Target layers to offload to the GPU (-1: all).")
+@click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=click.IntRange(min=-1), default=None,
+              help="Draft layers to offload (default: as -ngl).")
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@boundary
+def pair(target, dirs, save_as, n_gpu_layers, n_gpu_layers_draft, threads) -> None:
+    """Measure the local models that can draft for TARGET, and say which pays best here."""
+    from tqdm import tqdm
+
+    from . import pair_measure, pairing
+    from .model_refs import resolve
+    from .saved_pairs import check_name
+
+    if save_as is not None:
+        check_name(save_as)  # before anything is measured
+    path = resolve(target, "target")
+    model, drafts, refused = pairing.drafts_for(path, dirs)
+    with tqdm(total=pair_measure.n_runs(len(drafts)), desc="pair", unit="run", file=sys.stderr) as bar:
+        measured = pair_measure.measure_drafts(path, drafts, n_threads=threads, n_gpu_layers=n_gpu_layers,
+                                          n_gpu_layers_draft=n_gpu_layers_draft, on_run=lambda: bar.update(1))
+    click.echo(pair_measure.format_pairing(model, measured, refused))
+    best = pair_measure.winner(measured)
+    click.echo(f"best draft: {best.candidate.model.ref} ({pair_measure.verdict_word(best)})")
+    if save_as is not None:
+        saved = pair_measure.save_winner(save_as, pairing.target_ref(target), measured)
+        click.echo(f"saved as {save_as!r} in {saved}: use --pair {save_as}")
+
+
+@click.command("rpc-server")
 @click.option("-H", "--host", default=DEFAULT_RPC_HOST, show_default=True,
               help="IPv4 address to listen on. Anything but 127.0.0.1 lets other machines in: never on an open "
                    "network (the server is not secure).")
@@ -284,6 +276,3 @@ def rpc_server(host, port, cache, threads, devices) -> None:
     run(host=host, port=port, n_threads=threads, cache=cache,
         devices=[d for d in (devices or "").split(",") if d.strip()], echo=click.echo)
 
-
-main.add_command(verify)
-main.add_command(serve)

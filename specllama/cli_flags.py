@@ -9,14 +9,12 @@ several commands declare has one decorator here (``n_predict_option``,
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import click
 
 from .backend import DEFAULT_N_CTX, DEFAULT_N_GPU_LAYERS
+from .cli_errors import boundary  # noqa: F401 (the commands take it from here, with the flags)
 from .colors import COLOR_MODES
-from .errors import SpecLlamaError, SpecLlamaWarning
+from .errors import SpecLlamaError
 from .options import (
     DEFAULT_DRAFT_MAX,
     DEFAULT_RULE,
@@ -142,32 +140,6 @@ def model_options(f):
         temp_option(),
     ])
     return load_options(f)
-
-
-def boundary(f):
-    """Turn library errors a user can cause into one-line CLI errors."""
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("always", SpecLlamaWarning)
-                warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
-                return f(*args, **kwargs)
-        except SpecLlamaError as e:
-            raise click.ClickException(str(e)) from None
-
-    return wrapper
-
-
-def _show_warning(show, message, category, filename, lineno, file=None, line=None) -> None:
-    """specllama's own warnings as one line; others as Python shows them (``show``)."""
-    if issubclass(category, SpecLlamaWarning):
-        click.echo(f"Warning: {message}", err=True)
-    else:
-        show(message, category, filename, lineno, file, line)
-
-
 
 
 def n_predict_option(default: int | None, help: str, *, allow_all: bool = True):

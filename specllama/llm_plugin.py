@@ -92,13 +92,17 @@ def _reserved_names() -> set[str]:
 
 
 def _model_file(value: str, role: str) -> str:
-    """An absolute path to an existing GGUF file (a draft may be prompt-lookup)."""
+    """An absolute path to an existing GGUF file, or a store reference (``ollama:``, ``hf:``,
+    ``lmstudio:``) that finds one, kept as given so that it follows the store (a draft may be
+    prompt-lookup)."""
     if role == "draft" and value == PROMPT_LOOKUP:
         return value
     from .backend import check_gguf_file
+    from .model_refs import is_store_ref, resolve
 
     try:
-        return str(Path(check_gguf_file(value)).resolve())
+        path = check_gguf_file(resolve(value, role) if is_store_ref(value) else value)
+        return value if is_store_ref(value) else str(Path(path).resolve())
     except SpecLlamaError as e:
         raise click.ClickException(f"{role}: {e}") from None
 
@@ -252,6 +256,19 @@ def register_models(register):
     for name, info in pairs.items():
         register(SpecLlama(PREFIX + name, target=info["target"], draft=info["draft"]),
                  aliases=info.get("aliases") or None)
+    for name in sorted(_saved_present(set(pairs))):
+        register(SpecLlama(PREFIX + name, pair=name))
+
+
+def _saved_present(registered: set[str]) -> list[str]:
+    """The pairs saved by ``specllama pair --save`` that no registered pair's name hides."""
+    from .saved_pairs import saved_pairs
+
+    try:
+        return [name for name in saved_pairs() if name not in registered]
+    except SpecLlamaError as e:
+        click.echo(f"specllama: {e}; its pairs are not registered", err=True)
+        return []
 
 
 def _curated_present() -> list[str]:

@@ -1,7 +1,8 @@
-"""The one way to open a target and a draft: from a GGUF path, a curated
-pair name, an existing ``llama_cpp.Llama``, or ``"prompt-lookup"`` (the demo
-pair when nothing is named), joined into a :class:`SpeculativeEngine`.
-Whatever fails, what was opened is closed again."""
+"""The one way to open a target and a draft: from a model reference (a GGUF
+path, a pair name, ``ollama:``/``hf:``/``lmstudio:``, see
+:mod:`specllama.model_refs`), an existing ``llama_cpp.Llama``, ``"prompt-lookup"``
+or ``"auto"`` for the draft (the demo pair when nothing is named), joined into a
+:class:`SpeculativeEngine`. Whatever fails, what was opened is closed again."""
 
 from __future__ import annotations
 
@@ -18,44 +19,51 @@ from .backend import (
     is_llama,
 )
 from .cost_cache import cost_key, load
-from .demo import BUILTIN_PAIRS, DEMO
+from .demo import DEMO
 from .drafters import PROMPT_LOOKUP
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError, SpecLlamaWarning
+from .model_refs import check_pair, resolve
 from .options import check_rpc_servers, check_switch, check_tensor_split
-from .pairs import ROLES, get_pair, resolve_model
+
+AUTO_DRAFT = "auto"  # -md auto: the local model that should pay best (specllama.pairing.auto_draft)
 
 
 def resolve_paths(model: object, draft: object, pair: str | None = None, *,
                   default_pair: str = DEMO) -> tuple[object, object]:
     """What to load for the target and the draft.
 
-    Paths and ``Llama`` objects stay as they are; a pair name stands for its
-    file of that role: a built-in pair's (``demo``, ``demo-chat``,
-    ``demo-coder``: built on first use) or a curated pair's cached file
-    (models.txt); ``pair`` fills in whichever of the two is not given; with
+    ``Llama`` objects stay as they are; a reference becomes its GGUF path
+    (:func:`specllama.model_refs.resolve`: a path, a pair name standing for its
+    file of that role, ``ollama:``, ``hf:``, ``lmstudio:``); a draft ``"auto"``
+    becomes the local model that should pay best for the target
+    (:func:`specllama.pairing.auto_draft`); ``pair`` (built in, curated, or saved by
+    ``specllama pair --save``) fills in whichever of the two is not given; with
     nothing given, ``default_pair``.
     """
     if model is None and draft is None:
         pair = pair or default_pair
     if pair is not None:
-        if pair not in BUILTIN_PAIRS:
-            get_pair(pair)  # an unknown name is an error here, not a missing file
+        check_pair(pair)  # an unknown name is an error here, not a missing file
         model = pair if model is None else model
         draft = pair if draft is None else draft
     if model is None:
         raise SpecLlamaError(f"a draft model was given ({draft!r}) but no target: add -m/--model TARGET.gguf")
-    return _resolve(model, "target"), _resolve(draft, "draft")
+    target = _resolve(model, "target")
+    if draft == AUTO_DRAFT:
+        from .pairing import auto_draft
+
+        return target, auto_draft(target.model_path if is_llama(target) else target).model.path  # type: ignore[union-attr]
+    return target, _resolve(draft, "draft")
 
 
 def _resolve(source: object, role: str) -> object:
     if source is None or is_llama(source) or (role == "draft" and source == PROMPT_LOOKUP):
         return source
-    if isinstance(source, str) and source in BUILTIN_PAIRS and not os.path.exists(source):
-        return BUILTIN_PAIRS[source]()[ROLES.index(role)]
     if isinstance(source, (str, os.PathLike)):
-        return resolve_model(os.fspath(source), role)
-    accepted = "a GGUF path, a pair name or a llama_cpp.Llama" + (f" or {PROMPT_LOOKUP!r}" if role == "draft" else "")
+        return resolve(os.fspath(source), role)
+    accepted = "a GGUF path, a model reference, a pair name or a llama_cpp.Llama" + (
+        f" or {PROMPT_LOOKUP!r} or {AUTO_DRAFT!r}" if role == "draft" else "")
     raise SpecLlamaError(f"{role} must be {accepted}, got {source!r}")
 
 
@@ -113,11 +121,14 @@ def open_engine(
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
     Args:
-        model: target GGUF path, pair name or ``llama_cpp.Llama`` (None with
-            draft None: the demo pair).
-        draft: draft GGUF path, pair name, ``llama_cpp.Llama`` or
-            ``"prompt-lookup"`` (None: target-only decoding).
-        pair: a curated pair name for whichever of model/draft is None.
+        model: target reference (a GGUF path, a pair name, ``ollama:NAME:TAG``,
+            ``hf:ORG/REPO/FILE.gguf``, ``lmstudio:PUBLISHER/REPO/FILE.gguf``) or
+            ``llama_cpp.Llama`` (None with draft None: the demo pair).
+        draft: draft reference, ``llama_cpp.Llama``, ``"prompt-lookup"`` or
+            ``"auto"`` (the local model that should pay best; None: target-only
+            decoding).
+        pair: a pair name (built in, curated or saved) for whichever of
+            model/draft is None.
         use_draft: False skips loading the draft (for ``draft_max=0``).
         n_ctx: context size of models opened from files (a draft opened from
             a file gets the target's actual context).

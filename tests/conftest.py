@@ -1,5 +1,6 @@
 """Shared fixtures: the tiny GGUF models the suite writes for itself, and a
-user state of the test's own (costs, llm's user folder, chat history)."""
+user state of the test's own (costs, llm's user folder, chat history, the
+config folder with saved pairs, the local models' index)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from .tiny_models import write_foreign_draft, write_pair
 TINY_CTX = 512
 # What a run writes of the user's state, each pointed at a temporary folder by the fixtures below; the
 # built demo models stay shared in ~/.cache/specllama (built once, 1.6 GB).
-USER_STATE = {"SPECLLAMA_COSTS_FILE": "costs.json", "LLM_USER_PATH": "llm", "SPECLLAMA_HISTORY_FILE": "chat_history"}
+# The stores of other tools (Ollama's, LM Studio's) that -md auto and `specllama models --local` read
+# point at empty temporary folders too: no test reads the user's.
+USER_STATE = {"SPECLLAMA_COSTS_FILE": "costs.json", "LLM_USER_PATH": "llm", "SPECLLAMA_HISTORY_FILE": "chat_history",
+              "XDG_CONFIG_HOME": "config", "SPECLLAMA_LOCAL_MODELS_FILE": "local-models.json",
+              "OLLAMA_MODELS": "ollama", "LMSTUDIO_MODELS": "lmstudio"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,7 +36,7 @@ def session_user_state(tmp_path_factory) -> None:
 
 @pytest.fixture(autouse=True)
 def user_state(monkeypatch, tmp_path) -> Path:
-    """Every test's costs file, llm user folder and chat history in its own
+    """Every test's costs file, llm user folder, chat history, config folder and local models' index in its own
     ``tmp_path`` (subprocesses inherit them); a test of the cost cache reads
     ``SPECLLAMA_COSTS_FILE`` or points it elsewhere."""
     for variable, name in USER_STATE.items():

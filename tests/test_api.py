@@ -339,7 +339,8 @@ def test_two_threads_at_once(tiny_pair):
 
 def test_bad_draft(tiny_pair):
     with pytest.raises(ValueError,
-                       match=r"draft must be a GGUF path, a pair name or a llama_cpp.Llama or 'prompt-lookup', got 42"):
+                       match=r"draft must be a GGUF path, a model reference, a pair name or a llama_cpp.Llama or "
+                             r"'prompt-lookup' or 'auto', got 42"):
         SpeculativeLlama(tiny_pair[0], 42)
 
 

@@ -31,7 +31,9 @@ def commands() -> dict[str, click.Command]:
     found = {"specllama": main}
 
     def walk(group: click.Group, prefix: str) -> None:
-        for name, cmd in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):  # the group loads its commands on first use
+            cmd = group.get_command(ctx, name)
             found[f"{prefix} {name}"] = cmd
             if isinstance(cmd, click.Group):
                 walk(cmd, f"{prefix} {name}")

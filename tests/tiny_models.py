@@ -51,8 +51,9 @@ def vocabulary(extra: tuple[str, ...] = ()) -> tuple[list[str], list[float], lis
     return tokens, scores, types
 
 
-def random_weights(n_vocab: int, seed: int, logit_scale: float = 3.0) -> dict[str, np.ndarray]:
-    """Weights of a small llama; numpy shapes are (out, in), as gguf expects."""
+def random_weights(n_vocab: int, seed: int, logit_scale: float = 3.0, n_layer: int = N_LAYER) -> dict[str, np.ndarray]:
+    """Weights of a small llama; numpy shapes are (out, in), as gguf expects. A deeper model's first
+    ``N_LAYER`` layers are those of the default one with the same seed."""
     rng = np.random.default_rng(seed)
 
     def mat(n_out: int, n_in: int, scale: float = 1.0) -> np.ndarray:
@@ -63,7 +64,7 @@ def random_weights(n_vocab: int, seed: int, logit_scale: float = 3.0) -> dict[st
         "output_norm.weight": np.ones(N_EMBD, dtype=np.float32),
         "output.weight": mat(n_vocab, N_EMBD, logit_scale),
     }
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         b = f"blk.{i}."
         w[b + "attn_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
         w[b + "attn_q.weight"] = mat(N_EMBD, N_EMBD)
@@ -99,12 +100,15 @@ def write_model(
     name: str = "tiny",
     eot: int | None = None,
     chat_template: str | None = None,
+    split_max_tensors: int = 0,
 ) -> Path:
-    w = gguf.GGUFWriter(str(path), "llama")
+    """Write a model; ``split_max_tensors`` > 0 writes a split GGUF (``NAME-00001-of-0000N.gguf``, the first
+    part's path returned)."""
+    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     w.add_name(name)
     w.add_context_length(N_CTX_TRAIN)
     w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
+    w.add_block_count(sum(1 for t in weights if t.endswith(".attn_norm.weight")))
     w.add_feed_forward_length(N_FF)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD)
@@ -130,7 +134,22 @@ def write_model(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if split_max_tensors:
+        parts = sorted(path.parent.glob(f"{path.stem}-*-of-*.gguf"))
+        return parts[0]
     return path
+
+
+def write_deep_target(folder: Path, *, n_layer: int = 4 * N_LAYER, seed: int = 0, name: str = "tiny-deep") -> Path:
+    """A target ``n_layer`` deep in write_pair's vocabulary whose first layers are write_pair's target's (same
+    seed) and whose further layers add almost nothing (their outputs scaled down): write_pair's draft agrees
+    with it about as with its own target, at a fraction of its cost per token."""
+    tokens, scores, types = vocabulary()
+    weights = random_weights(len(tokens), seed, n_layer=n_layer)
+    for i in range(N_LAYER, n_layer):
+        for part in ("attn_output", "ffn_down"):
+            weights[f"blk.{i}.{part}.weight"] *= 1e-3
+    return write_model(folder / f"{name}.gguf", weights, tokens, scores, types, name=name)
 
 
 EOT_TEXT = "<|eot|>"

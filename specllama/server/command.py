@@ -8,11 +8,11 @@ stays fast.
 from __future__ import annotations
 
 import logging
-import os
 
 import click
 
 from ..cli_flags import boundary, chat_format_option, generation_flags, load_kwargs, model_options, n_predict_option
+from ..model_refs import model_id
 from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, WEB_DIR, RequestDefaults, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -26,7 +26,8 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port.")
 @click.option("--api-key", envvar=API_KEY_ENV, default=None,
               help=f"Require 'Authorization: Bearer KEY' on the API (also ${API_KEY_ENV}).")
-@click.option("--alias", default=None, help="The model id the server reports (default: the target's file name).")
+@click.option("--alias", default=None, help="The model id the server reports (default: the target's file name, "
+              "or its ollama:/hf:/lmstudio: reference).")
 @click.option("--max-queue", type=click.IntRange(min=0), default=DEFAULT_MAX_QUEUE, show_default=True,
               help="Requests that may wait behind the running one; more get 503 with Retry-After.")
 @chat_format_option
@@ -82,7 +83,7 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         draft_lookup=draft_lookup), max_queue=max_queue)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
-        settings = ServerSettings(alias=alias or os.path.basename(llm.model_path), api_key=api_key or None,
+        settings = ServerSettings(alias=alias or model_id(model, llm.model_path), api_key=api_key or None,
                                   max_queue=max_queue, cors_origins=tuple(cors_origins), defaults=defaults,
                                   static_dir=None if no_webui else WEB_DIR)
         app = create_app(worker, settings)
