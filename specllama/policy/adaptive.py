@@ -19,10 +19,12 @@ that it is the best, and a cost not timed for long grows uncertain.
 which even perfect acceptance loses to target-only.
 
 Where a draw says drafting pays but the estimates themselves do not (the
-draw explores), and the draft model is so far behind that its catch-up would
-cost more than the pass, the pass is a probe instead: a target-only pass
-padded to that many rows, and one draft step, timed (what the draw hinged
-on, at the price of a few rows).
+draw explores), the draft model is so far behind that its catch-up would
+cost more than the pass, and the drawn costs alone make drafting pay (at the
+estimated acceptance), the pass is a probe instead: a target-only pass padded
+to that many rows, and one draft step, timed (what the draw hinged on, at the
+price of a few rows). A probe tells costs, not acceptance: where only the
+drawn acceptance makes drafting pay, the pass drafts, catch-up and all.
 
 Exactness: the choice reads past passes and the policy's own generator,
 never the current pass's draws.
@@ -234,9 +236,12 @@ class AdaptivePolicy(MeasuredPolicy):
         best = self._best(cap, minimum, means, self.acceptance.means(cap), HORIZON)
         if k == best:
             return Plan(k)
-        # the draw explores: where its one-off costs are dear it takes a cheaper way, or none
-        if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0:
-            return Plan(0, pad=k)  # a catch-up: time the draw's pass without it
+        # the draw explores: where its one-off costs are dear it takes a cheaper way, or none. Where the drawn costs
+        # alone make drafting pay (at the estimated acceptance) and the draft is far behind, a probe times them
+        # without the catch-up; where only the drawn acceptance does, only drafting can tell, catch-up and all
+        if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0 and (
+                self._best(cap, 0, draw, self.acceptance.means(cap), HORIZON)):
+            return Plan(0, pad=k)
         if self._switch(k, draw) and self._rate(k, draw, accept, SETTLED) < self._rate(best, draw, accept, SETTLED):
             return Plan(best)  # a GPU's new shape, which it would leave again soon: not worth its dearer passes
         return Plan(k)
