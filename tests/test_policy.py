@@ -216,12 +216,15 @@ def test_where_even_perfect_acceptance_cannot_pay_it_says_so_and_decodes_target_
 
 
 def test_a_probe_replaces_an_exploration_whose_catch_up_is_dear():
-    """Target-only for long (the draft 300 tokens behind), where a draw now and
-    then says drafting pays and the estimates say it does not: the policy times
-    that pass padded, with a draft step, instead of catching the draft up."""
+    """Target-only for long (the draft 300 tokens behind), where a draw of the
+    costs now and then says drafting pays and the estimates say it does not:
+    the policy times that pass padded, with a draft step, instead of catching
+    the draft up. (Acceptance is known here, from a long record: where the
+    drawn acceptance is what makes drafting pay, a probe cannot tell, and the
+    pass drafts: benchmarks/policy_sim.py's late start.)"""
     p = AdaptivePolicy()
     warm(p, step=0.7 * ONE)  # drafting breaks even at perfect acceptance, before a catch-up of 300 tokens
-    p.observe_agreement(16, 16)
+    p.seed({"tried": [400.0] * 8, "accepted": [396.0] * 8})
     p.new_sequence(300, draft_fed=False)
     plans = []
     for _ in range(600):

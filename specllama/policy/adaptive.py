@@ -20,8 +20,9 @@ which even perfect acceptance loses to target-only.
 
 Where a draw says drafting pays but the estimates themselves do not (the
 draw explores), the draft model is so far behind that its catch-up would
-cost more than the pass, and the drawn costs alone make drafting pay (at the
-estimated acceptance), the pass is a probe instead: a target-only pass padded
+cost more than the pass, and the drawn costs that a probe times (all but the
+catch-up's) make drafting pay at the estimated acceptance and catch-up, the
+pass is a probe instead: a target-only pass padded
 to that many rows, and one draft step, timed (what the draw hinged on, at the
 price of a few rows). A probe tells costs, not acceptance: where only the
 drawn acceptance makes drafting pay, the pass drafts, catch-up and all.
@@ -32,6 +33,7 @@ never the current pass's draws.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -240,11 +242,17 @@ class AdaptivePolicy(MeasuredPolicy):
         # alone make drafting pay (at the estimated acceptance) and the draft is far behind, a probe times them
         # without the catch-up; where only the drawn acceptance does, only drafting can tell, catch-up and all
         if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0 and (
-                self._best(cap, 0, draw, self.acceptance.means(cap), HORIZON)):
+                self._costs_hinge(cap, means, draw)):
             return Plan(0, pad=k)
         if self._switch(k, draw) and self._rate(k, draw, accept, SETTLED) < self._rate(best, draw, accept, SETTLED):
             return Plan(best)  # a GPU's new shape, which it would leave again soon: not worth its dearer passes
         return Plan(k)
+
+    def _costs_hinge(self, cap: int, means: Prices, draw: Prices) -> bool:
+        """Whether the drawn costs that a probe times (not the catch-up's) make drafting pay, at the estimated
+        acceptance and catch-up: what a probe can tell."""
+        timed = dataclasses.replace(draw, catch_up=means.catch_up)
+        return bool(self._best(cap, 0, timed, self.acceptance.means(cap), HORIZON))
 
     def _rate(self, k: int, prices: Prices, accept: list[float], horizon: float) -> float:
         """Tokens per second with k drafts, one-off costs (the draft's catch-up, on a GPU a new shape's dearer
