@@ -305,6 +305,23 @@ def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
     return SparseProbs(cand[order].astype(np.int64), probs[order])
 
 
+def sparse_probs_or_none(logits: np.ndarray, params: SamplingParams) -> SparseProbs | None:
+    """:func:`sparse_probs`, or None where no logit is finite (a grammar's mask
+    that allows nothing here): what ``np.isfinite(row).any()`` before it says,
+    without a pass of its own over the row where a logit is finite (the
+    usual case: sparse_probs raises or returns as it always does)."""
+    row = np.asarray(logits)
+    try:
+        dist = sparse_probs(row, params)
+    except ValueError:
+        if np.isfinite(row).any():
+            raise  # a NaN among finite logits
+        return None  # every logit -inf or NaN
+    if row[dist.ids[0]] == math.inf and not np.isfinite(row).any():
+        return None  # +inf logits and no finite one
+    return dist
+
+
 @dataclass(frozen=True, eq=False)
 class InfillVocab:
     """What llama.cpp's "infill" sampler needs of a vocabulary, as data: each

@@ -148,3 +148,28 @@ def test_the_shortcut_is_the_way_taken(monkeypatch):
     assert sampling._sparse_probs_top_k(equal_probs, params) is None
     assert sampling._sparse_probs_top_k(equal_probs, dataclasses.replace(params, infill=None)) is not None
     assert_same_law(equal_probs, params)
+
+
+def test_sparse_probs_or_none_is_the_drafters_old_check():
+    """None exactly where ``np.isfinite(row).any()`` is false (the drafter then stops); else
+    what sparse_probs gives, or its error (a NaN among finite logits)."""
+    for n_vocab in (64 * 300, 5003):
+        finite = np.zeros(n_vocab, dtype=np.float32)
+        finite[7] = 2.0
+        nothing = np.full(n_vocab, -np.inf, dtype=np.float32)
+        nan_only = np.where(np.arange(n_vocab) % 2 == 0, np.nan, -np.inf).astype(np.float32)
+        inf_only = nothing.copy()
+        inf_only[[3, 9]] = np.inf
+        inf_and_finite = finite.copy()
+        inf_and_finite[[3, 9]] = np.inf
+        nan_and_finite = finite.copy()
+        nan_and_finite[5] = np.nan
+        for params in PARAMS:
+            for row in (nothing, nan_only, inf_only):
+                assert sampling.sparse_probs_or_none(row, params) is None
+            for row in (finite, inf_and_finite):
+                got, want = sampling.sparse_probs_or_none(row, params), sampling_reference.sparse_probs(row, params)
+                np.testing.assert_array_equal(got.ids, want.ids)
+                np.testing.assert_array_equal(got.probs, want.probs)
+            with pytest.raises(ValueError, match="NaN"):
+                sampling.sparse_probs_or_none(nan_and_finite, params)
