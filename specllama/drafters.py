@@ -14,7 +14,7 @@ import numpy as np
 
 from .prefix import sync_prefix
 from .processors import Processor, processed
-from .sampling import SamplingParams, SparseProbs, UniformSource, one_hot, sparse_probs
+from .sampling import SamplingParams, SparseProbs, UniformSource, one_hot, sparse_probs_or_none
 
 PROMPT_LOOKUP = "prompt-lookup"
 LOOKUP_MAX_NGRAM = 3
@@ -62,9 +62,9 @@ class ModelDrafter:
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
             row = draft.eval(pending, n_logits=1, copy=False)[0]
             row = processed(_fit_vocab(row, n_vocab), seq + tokens if processor else (), processor)
-            if not np.isfinite(row).any():
+            q = sparse_probs_or_none(row, params)
+            if q is None:
                 break  # nothing is allowed here (a grammar's mask): drafting stops
-            q = sparse_probs(row, params)
             x = q.sample(rng.random())
             tokens.append(x)
             dists.append(q)

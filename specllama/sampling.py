@@ -149,13 +149,118 @@ def _candidates(row: np.ndarray, best: float, params: SamplingParams) -> np.ndar
     return np.arange(n_vocab)
 
 
+# The top-k shortcut (issue 48): the settings' top-k and top-p on (the defaults), the top k
+# tokens are found with a few whole-row numpy operations and the filters run on those k alone.
+# Sampling a row is mostly numpy's fixed cost per call (after a llama.cpp pass has evicted the
+# caches, each distinct call is slow), so the path is kept to few calls.
+_GRID_ROWS = 64  # a row of V = 64 C logits is read as 64 rows of C columns (see _grid_candidates)
+_MIN_COLUMNS = 256
+
+
+def _grid_candidates(row: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Every token whose logit is at least t, for a t that leaves at least
+    top_k of them (and usually about top_k): ``(ids ascending, logits, best)``.
+
+    The row is viewed as a grid of 64 rows and C columns; one vectorised pass
+    takes each column's max. The top_k-th largest column max is such a t (top_k
+    columns each hold a logit >= t), and the tokens >= t all lie in the columns
+    whose max is >= t: about top_k columns of 64 logits, read apart. None where
+    the row is no such grid (V not 64 C, C too small) or t is not finite.
+    """
+    n_vocab = row.shape[0]
+    n_cols = n_vocab // _GRID_ROWS
+    if n_cols * _GRID_ROWS != n_vocab or n_cols < max(_MIN_COLUMNS, top_k):
+        return None
+    grid = row.reshape(_GRID_ROWS, n_cols)
+    col_max = grid.max(axis=0)  # propagates NaN: a NaN anywhere makes ``best`` NaN
+    best = float(col_max.max())
+    part = col_max.copy()
+    part.partition(n_cols - top_k)
+    t = part[n_cols - top_k]
+    if not (-math.inf < best < math.inf and t > -math.inf):
+        return None
+    cols = (col_max >= t).nonzero()[0]
+    sub = grid.take(cols, axis=1)
+    r, c = (sub >= t).nonzero()  # row-major: the ids r * C + cols[c] come out ascending
+    return r * n_cols + cols[c], sub[r, c], best
+
+
+def _window_candidates(row: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """As :func:`_grid_candidates`, for any row: the tokens within 8, 16, 32
+    or 64 nats of the best, the first window that holds top_k of them."""
+    best = float(row.max())  # NaN if any logit is NaN
+    if not -math.inf < best < math.inf:
+        return None
+    for window in _TOP_K_WINDOWS:
+        cand = (row >= best - window).nonzero()[0]
+        if cand.shape[0] >= top_k:
+            return cand, row[cand], best
+    return None
+
+
+def _sparse_probs_top_k(row: np.ndarray, params: SamplingParams) -> SparseProbs | None:
+    """:func:`sparse_probs` with top-k and top-p on, from the top k tokens
+    alone; None where ties leave the law to the order in which the tokens are
+    visited (the caller then takes :func:`_candidates`' way, whose order
+    decides them as it always has).
+
+    The same floats, bit for bit, as filtering :func:`_candidates`' tokens:
+    top-k keeps the same set (the top k, checked to be unique: no tie at the
+    k-th logit), and from top-p's sort on every sum runs in order of value, so
+    the set's order before it does not matter; only a top-p cut between equal
+    logits does (which of them stay), and an infill row with equal
+    probabilities (infill walks them in the order given).
+    """
+    top_k = params.top_k
+    found = _grid_candidates(row, top_k) or _window_candidates(row, top_k)
+    if found is None:
+        return None
+    cand, vals, best = found
+    n = cand.shape[0]
+    if n > top_k:
+        part = vals.copy()
+        part.partition(n - top_k)
+        top = vals >= part[n - top_k]
+        cand = cand[top]
+        if cand.shape[0] != top_k:
+            return None  # a tie at the k-th logit
+        vals = vals[top]
+    vals = vals.astype(np.float64)
+    order = (-vals).argsort(kind="stable")
+    cand, vals = cand[order], vals[order]
+    # top-p: the smallest set, most likely first, whose mass reaches top_p
+    cum = np.exp(vals - vals[0]).cumsum()
+    n_keep = int(cum.searchsorted(params.top_p * cum[-1], side="left")) + 1
+    if n_keep < vals.shape[0] and vals[n_keep - 1] == vals[n_keep]:
+        return None  # the cut splits equal logits
+    if params.min_p > 0.0:
+        # sorted: the tokens with logit >= max + log(min_p) are a prefix
+        n_keep = int((vals[:n_keep] >= vals[0] + math.log(params.min_p)).sum())
+    scaled = vals[:n_keep] / params.temperature
+    w = np.exp(scaled - scaled[0])  # scaled[0] is its max
+    probs = w / w.sum()
+    cand = cand[:n_keep]
+    if params.infill is not None:
+        if n_keep > 1 and bool((probs[1:] == probs[:-1]).any()):
+            return None
+        cand, probs = params.infill.apply(cand, probs)
+    order = cand.argsort()
+    return SparseProbs(cand[order].astype(np.int64), probs[order])
+
+
 def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
     """The sampling distribution of one logits row, as a :class:`SparseProbs`.
 
     The transform chain is llama.cpp's: top-k, top-p, min-p, then
-    temperature and softmax; temperature 0 is the one-hot argmax.
+    temperature and softmax; temperature 0 is the one-hot argmax. With top-k
+    and top-p on, the filters run on the top k tokens alone
+    (:func:`_sparse_probs_top_k`: the same law, bit for bit).
     """
     row = np.asarray(logits)
+    if row.ndim == 1 and not params.greedy and 0 < params.top_k < row.shape[0] and params.top_p < 1.0:
+        fast = _sparse_probs_top_k(row, params)
+        if fast is not None:
+            return fast
     # One pass over the row finds the best token and checks it: argmax stops
     # at the first NaN, so a NaN anywhere makes ``best`` NaN.
     top_id = int(np.argmax(row))
@@ -198,6 +303,23 @@ def sparse_probs(logits: np.ndarray, params: SamplingParams) -> SparseProbs:
         cand, probs = params.infill.apply(cand, probs)
     order = np.argsort(cand)
     return SparseProbs(cand[order].astype(np.int64), probs[order])
+
+
+def sparse_probs_or_none(logits: np.ndarray, params: SamplingParams) -> SparseProbs | None:
+    """:func:`sparse_probs`, or None where no logit is finite (a grammar's mask
+    that allows nothing here): what ``np.isfinite(row).any()`` before it says,
+    without a pass of its own over the row where a logit is finite (the
+    usual case: sparse_probs raises or returns as it always does)."""
+    row = np.asarray(logits)
+    try:
+        dist = sparse_probs(row, params)
+    except ValueError:
+        if np.isfinite(row).any():
+            raise  # a NaN among finite logits
+        return None  # every logit -inf or NaN
+    if row[dist.ids[0]] == math.inf and not np.isfinite(row).any():
+        return None  # +inf logits and no finite one
+    return dist
 
 
 @dataclass(frozen=True, eq=False)
