@@ -48,7 +48,7 @@ STALE = 1e-5
 # (the warm-up times the models alone, not the sampling, nor a GPU's other shapes around a pass): larger trusts the
 # warm-up's costs less, so decoding times them sooner; a warm kind's doubt becomes how far decoding found the
 # warm-up off on the kinds it timed, this prior weighing as one of them
-PRIOR_SD = 0.1
+PRIOR_SD = 0.05
 # a timing this far (log ratio) from its kind's expected cost counts as this far: a cold pass, a busy moment
 OUTLIER = math.log(2.0)
 NOISE_MEMORY = 32  # timings the estimate of their noise follows
