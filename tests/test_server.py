@@ -569,6 +569,7 @@ def test_startup_errors_are_one_line(tiny_pair, tmp_path):
 # -- the demo pair ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real pair (the demo-chat's, the demo's)
 def test_demo_pair_chat(tmp_path):
     """With no model flags, serve runs the chat demo pair (SmolLM2-135M-Instruct), which can chat.
     (--draft-fixed: every pass drafts. With one thread the adaptive policy's choice for this pair

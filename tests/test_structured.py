@@ -199,6 +199,7 @@ def test_the_cli_takes_llama_cpps_flags(tiny_pair, tmp_path):
         assert r.exit_code == 1 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
 
 
+@pytest.mark.slow  # a real pair (the demo-chat's, the demo's)
 def test_verify_under_a_regex_on_the_demo_chat_pair():
     """End to end on a real pair: speculative samples under a constraint against
     the target's locally masked one-row decode (chi-square at alpha 0.001; the
