@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -104,32 +105,10 @@ class LegacyPolicy:
         return getattr(self.p, name)
 
 
-@dataclass(frozen=True)
-class Record:
-    """A pass as the engine reports it (``specllama.policy.PassRecord``'s fields)."""
-
-    n_drafted: int
-    n_accepted: int
-    draft_seconds: float
-    verify_seconds: float
-    rows: int
-    first_step: float | None = None
-    run: int | None = None
-    probe_step: float | None = None
-    lookup: bool = False
-
-
-@dataclass(frozen=True)
-class WarmUp:
-    draft_steps: list
-    rows: dict
-    switch_one_row: list
-
-
 def record(**kw):
-    """A pass record of the tree under test's own type (or this module's, for a legacy policy)."""
+    """A pass record of the tree under test's own type (a legacy policy reads the same fields off any object)."""
     if legacy():
-        return Record(**kw)
+        return types.SimpleNamespace(**({"first_step": None, "run": None, "probe_step": None, "lookup": False} | kw))
     from specllama.policy import PassRecord
 
     return PassRecord(**kw)
@@ -137,10 +116,10 @@ def record(**kw):
 
 def warm_up_record(**kw):
     if legacy():
-        return WarmUp(**kw)
-    from specllama.policy import WarmUp as TreeWarmUp
+        return types.SimpleNamespace(**kw)
+    from specllama.policy import WarmUp
 
-    return TreeWarmUp(**kw)
+    return WarmUp(**kw)
 
 
 # -- machines -------------------------------------------------------------------------------------------------------
