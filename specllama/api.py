@@ -25,6 +25,7 @@ import numpy as np
 from .backend import DEFAULT_N_CTX
 from .chat_template import chat_template_for, normalize_messages
 from .constraint import given_constraints
+from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
 from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .infill import check_extra, fim_prompt
@@ -45,6 +46,7 @@ from .options import (
 )
 from .processors import DEFAULT_PENALTY_LAST_N
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
+from .slots import Slots
 from .stats import GenerationStats
 from .tools import ReplyReader, ToolCallDelta, check_tools, tags_for, tool_grammar
 
@@ -59,6 +61,10 @@ class _Turns:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.RLock())
         self._holder: tuple[int, "_Stream"] | None = None
+
+    def start(self, stream: "_Stream", make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        self.acquire(stream)
+        return make()
 
     def acquire(self, stream: "_Stream") -> None:
         me = threading.get_ident()
@@ -83,11 +89,13 @@ class _Turns:
 
 class _Stream:
     """An iterator that holds the instance's turn from its first item until
-    it is exhausted, closed or garbage-collected."""
+    it is exhausted, closed or garbage-collected; with parallel slots, a job
+    of theirs (:class:`~specllama.slots.Job`), started at the first item."""
 
-    def __init__(self, turns: _Turns, make: Callable[[], Iterator[Any]]) -> None:
-        self._turns, self._make = turns, make
+    def __init__(self, turns: "_Turns | Slots", make: Callable[[], Iterator[Any]], prompt: Sequence[int] = ()) -> None:
+        self._turns, self._make, self._prompt = turns, make, prompt
         self._inner: Iterator[Any] | None = None
+        self._job: Iterator[Any] | None = None  # the inner iterator, kept once closed (its statistics)
         self._done = False
         self.running = False
 
@@ -98,8 +106,9 @@ class _Stream:
         if self._done:
             raise StopIteration
         if self._inner is None:
-            self._turns.acquire(self)
-            self._inner = self._make()
+            self._inner = self._turns.start(self, self._make) if isinstance(self._turns, _Turns) else (
+                self._turns.run(self._make, self._prompt))
+            self._job = self._inner
         self.running = True
         try:
             return next(self._inner)
@@ -117,7 +126,13 @@ class _Stream:
             if inner is not None and hasattr(inner, "close"):
                 inner.close()  # type: ignore[union-attr]
         finally:
-            self._turns.release(self)
+            if isinstance(self._turns, _Turns):
+                self._turns.release(self)
+
+    @property
+    def stats(self) -> GenerationStats | None:
+        """With parallel slots: this generation's statistics record (None before its first pass)."""
+        return getattr(self._job, "stats", None)
 
     def __del__(self) -> None:
         self.close()
@@ -173,10 +188,15 @@ class SpeculativeLlama:
             the CPU it is about 2% faster, and makes a row's logits depend
             more on the batch it was computed in, so temperature-0 output
             parts sooner from one-row decoding).
+        n_parallel: generations that run at once (llama-server's ``-np``):
+            several threads may call ``create_completion``/``create_chat_completion``
+            together, and their passes are decoded in shared batches
+            (:mod:`specllama.slots`), each exact on its own. ``n_ctx`` is then the
+            cache that all of them share; models must be opened from files.
 
-    One instance runs one generation at a time: a call from a second thread
-    waits for the first; a stream abandoned by a thread is closed by that
-    thread's next call.
+    With ``n_parallel=1`` (the default) one instance runs one generation at a
+    time: a call from a second thread waits for the first; a stream abandoned
+    by a thread is closed by that thread's next call.
     """
 
     def __init__(
@@ -206,6 +226,7 @@ class SpeculativeLlama:
         cache_reuse: int = 0,
         draft_lookup: bool = False,
         flash_attn: bool = False,
+        n_parallel: int = 1,
     ) -> None:
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
@@ -220,20 +241,31 @@ class SpeculativeLlama:
             raise SpecLlamaError(f"cache_reuse must be an integer >= 0 (0: off), got {cache_reuse!r}",
                                  param="cache_reuse")
         check_switch(draft_lookup, "draft_lookup")
+        if isinstance(n_parallel, bool) or not isinstance(n_parallel, int) or n_parallel < 1:
+            raise SpecLlamaError(f"n_parallel must be an integer >= 1 (generations at once), got {n_parallel!r}",
+                                 param="n_parallel")
         self.convention = convention
-        self.engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                  n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
-                                  rpc_servers=rpc_servers, rpc_servers_draft=rpc_servers_draft,
-                                  tensor_split=tensor_split, flash_attn=flash_attn)
+
+        def open_pair():
+            engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                                 n_gpu_layers_draft=n_gpu_layers_draft, n_threads=n_threads, verbose=verbose,
+                                 rpc_servers=rpc_servers, rpc_servers_draft=rpc_servers_draft,
+                                 tensor_split=tensor_split, flash_attn=flash_attn, n_seq_max=n_parallel)
+            engine.cache_reuse = cache_reuse
+            if draft_lookup:
+                if engine.draft is None:
+                    engine.close()
+                    raise SpecLlamaError("draft_lookup mixes prompt-lookup drafts with a draft model's, and no draft "
+                                         "model is loaded (prompt lookup alone: draft='prompt-lookup'; on the command "
+                                         "line -md prompt-lookup)", param="draft_lookup")
+                engine.lookup_mix = LookupMix()
+            return engine
+
+        #: with n_parallel > 1, the slots that run generations (and own the models' thread)
+        self.slots: Slots | None = Slots(open_pair, n_parallel) if n_parallel > 1 else None
+        self.engine = self.slots.engine if self.slots is not None else open_pair()
         self._target = self.engine.target
-        self.engine.cache_reuse = cache_reuse
-        if draft_lookup:
-            if self.engine.draft is None:
-                self.engine.close()
-                raise SpecLlamaError("draft_lookup mixes prompt-lookup drafts with a draft model's, and no draft model "
-                                     "is loaded (prompt lookup alone: draft='prompt-lookup'; on the command line "
-                                     "-md prompt-lookup)", param="draft_lookup")
-            self.engine.lookup_mix = LookupMix()
+        self.n_parallel = n_parallel
         self.model_path = self._target.path
         self.draft_max = draft_max
         self.draft_min = draft_min
@@ -241,14 +273,17 @@ class SpeculativeLlama:
         self.rule = rule
         self.forced_drafts = forced_drafts
         self._rng = np.random.default_rng(seed)
-        self._turns = _Turns()
+        self._turns: _Turns | Slots = self.slots if self.slots is not None else _Turns()
         self.last_stats: GenerationStats | None = None
         self.last_n_tokens_size = last_n_tokens_size
         self._chat_format = chat_format
         self._template = None
 
     def close(self) -> None:
-        self.engine.close()
+        if self.slots is not None:
+            self.slots.close()
+        else:
+            self.engine.close()
 
     def __enter__(self) -> "SpeculativeLlama":
         return self
@@ -296,7 +331,7 @@ class SpeculativeLlama:
                 if chunk.eog_token is not None:
                     yield chunk.eog_token
 
-        return _Stream(self._turns, run)
+        return _Stream(self._turns, run, prompt)
 
     # -- completions ------------------------------------------------------
 
@@ -384,7 +419,7 @@ class SpeculativeLlama:
         prompt_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
             prompt_tokens, options, model, prompt_text if echo else "", usage=not stream, timings=timings,
-            offset=len(prompt_text), origins=origins)))
+            offset=len(prompt_text), origins=origins)), prompt_tokens)
         return chunks if stream else collect_completion(chunks)
 
     def create_chat_completion(
@@ -476,7 +511,7 @@ class SpeculativeLlama:
         chunks = _Stream(self._turns, lambda: _chat_chunks(
             self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
-            lambda t: (self._token_text(t), self._target.token_bytes(t)), reader))
+            lambda t: (self._token_text(t), self._target.token_bytes(t)), reader), prompt_tokens)
         return chunks if stream else collect_chat(chunks)
 
     def fim_prompt(self, prefix: str, suffix: str, *, prompt: str = "", input_extra: object = None,
@@ -514,15 +549,16 @@ class SpeculativeLlama:
 
         def run() -> Iterator[dict]:
             t0 = time.perf_counter()
-            drafting = self.engine.feeds_draft(self.draft_max, self.adaptive)
+            engine = self._engine_here()
+            drafting = engine.feeds_draft(self.draft_max, self.adaptive)
             n_evaluated = 0
-            for n_evaluated in self.engine.prefill_pieces(tokens, draft=drafting):
-                yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(self._target.tokens),
+            for n_evaluated in engine.prefill_pieces(tokens, draft=drafting):
+                yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(engine.target.tokens),
                        "seconds": time.perf_counter() - t0, "done": False}
-            yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(self._target.tokens),
+            yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(engine.target.tokens),
                    "seconds": time.perf_counter() - t0, "done": True}
 
-        return _Stream(self._turns, run)
+        return _Stream(self._turns, run, tokens)
 
     def chat_template(self):
         """The chat template in use (the model's own, or a named format)."""
@@ -556,13 +592,19 @@ class SpeculativeLlama:
     def _stream(self, prompt_tokens: list[int], options: GenerationOptions) -> Iterator[Chunk]:
         seed = options.params.seed
         rng = self._rng if seed is None else np.random.default_rng(seed)
-        inner = stream_generate(self.engine, prompt_tokens, options, rng=rng, invalid_utf8="ignore")
+        inner = stream_generate(self._engine_here(), prompt_tokens, options, rng=rng, invalid_utf8="ignore")
         try:
             for chunk in inner:
                 self.last_stats = chunk.stats  # one record, updated in place to the end
+                if self.slots is not None:
+                    self.slots.record_stats(chunk.stats)
                 yield chunk
         finally:
             inner.close()  # a closed stream stops its generation now, not at garbage collection
+
+    def _engine_here(self) -> SpeculativeEngine:
+        """The engine a generation runs on: the instance's, or its parallel slot's."""
+        return self.slots.engine_here() if self.slots is not None else self.engine
 
     def _token_text(self, token: int) -> str:
         return self._target.token_bytes(token).decode("utf-8", errors="ignore")

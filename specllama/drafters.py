@@ -12,6 +12,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from .errors import ContextFull
 from .prefix import sync_prefix
 from .processors import Processor, processed
 from .sampling import SamplingParams, SparseProbs, UniformSource, one_hot, sparse_probs_or_none
@@ -47,7 +48,12 @@ class ModelDrafter:
 
     def prefill(self, tokens: Sequence[int], reuse: int = 0) -> None:
         if len(tokens) <= self.n_ctx:  # a prompt the draft cannot hold: it will not draft
-            sync_prefix(self.model, tokens, reuse)
+            try:
+                sync_prefix(self.model, tokens, reuse)
+            except ContextFull:
+                pass  # parallel slots' shared cache is full: the draft stays behind, and drafts nothing
+
+
 
     def propose(self, seq, k, params, rng, processor, n_vocab):
         draft = self.model
@@ -60,7 +66,10 @@ class ModelDrafter:
         for _ in range(k):
             have = len(draft.tokens)
             pending = seq[have:] + tokens if have <= len(seq) else tokens[have - len(seq):]
-            row = draft.eval(pending, n_logits=1, copy=False)[0]
+            try:
+                row = draft.eval(pending, n_logits=1, copy=False)[0]
+            except ContextFull:
+                break  # parallel slots' shared cache is full (their state, not this pass's draws): drafting stops
             row = processed(_fit_vocab(row, n_vocab), seq + tokens if processor else (), processor)
             q = sparse_probs_or_none(row, params)
             if q is None:

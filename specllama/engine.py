@@ -21,12 +21,13 @@ import numpy as np
 
 from .constraint import Constraint, masked
 from .drafters import PROMPT_LOOKUP, Drafter, ModelDrafter, PromptLookupDrafter
-from .errors import SpecLlamaError
+from .errors import ContextFull, SpecLlamaError
 from .lookup_mix import LookupMix
 from .policy import (
     DEFAULT_DRAFT_MAX,
     WARM_UP_TIMINGS,
     AdaptivePolicy,
+    Batchmates,
     DraftPolicy,
     FixedPolicy,
     PassRecord,
@@ -159,6 +160,35 @@ class SpeculativeEngine:
         #: with a draft model: prompt-lookup drafts taken instead of its drafts in the passes where
         #: they promise more (:class:`~specllama.lookup_mix.LookupMix`; None: the draft model's only)
         self.lookup_mix: LookupMix | None = None
+        #: in a parallel slot (:meth:`for_sequence`): each running slot's latest pass, (rows, tokens), by sequence
+        self.batchmates: dict[int, tuple[int, int]] | None = None
+        self.seq_id = 0
+
+    def for_sequence(self, seq_id: int, batchmates: dict[int, tuple[int, int]]) -> "SpeculativeEngine":
+        """An engine for parallel slot ``seq_id``: both models' views of that
+        sequence, a drafter of its own, and a policy that shares this one's
+        costs and acceptance but chooses for its own sequence, against the
+        rows the other running slots put in the same batch (``batchmates``)."""
+        if self.drafter is not None and not isinstance(self.drafter, (ModelDrafter, PromptLookupDrafter)):
+            raise SpecLlamaError("parallel slots draft with a draft model or prompt lookup, not a custom drafter")
+        engine = SpeculativeEngine(self.target.sequence(seq_id), None, check=False, clock=self.clock)
+        if self.draft is not None:
+            engine.draft = self.draft.sequence(seq_id)
+            engine.drafter = ModelDrafter(engine.draft, clock=self.clock)
+        elif self.drafter is not None:
+            engine.drafter = PromptLookupDrafter()
+        engine.policy = self.policy.fork(seq_id) if isinstance(self.policy, AdaptivePolicy) else self.policy
+        engine.cache_reuse, engine._noticed = self.cache_reuse, True
+        engine.lookup_mix = LookupMix() if self.lookup_mix is not None else None
+        engine.batchmates, engine.seq_id = batchmates, seq_id
+        return engine
+
+    def others(self) -> Batchmates | None:
+        """The other running slots' rows and tokens in their latest passes (None outside slots)."""
+        if self.batchmates is None:
+            return None
+        mates = [v for k, v in list(self.batchmates.items()) if k != self.seq_id]
+        return Batchmates(sum(r for r, _ in mates), sum(t for _, t in mates)) if mates else None
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
@@ -304,7 +334,11 @@ class SpeculativeEngine:
         policy = self.policy if adaptive else FixedPolicy(draft_max, self.policy)
         seq = list(prompt_tokens)
         feed = self.feeds_draft(draft_max, adaptive)
-        self.prefill(seq, draft=feed)
+        try:
+            self.prefill(seq, draft=feed)
+        except ContextFull:  # parallel slots share the cache: a prompt that does not fit now ends at once
+            yield Step([], 0, 0, 0.0, 0.0, "length")
+            return
         self._draft_synced = feed
         policy.new_sequence(len(seq) - 1, draft_fed=feed)
         if adaptive and draft_max > 0:
@@ -312,11 +346,15 @@ class SpeculativeEngine:
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
                           max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,
                           forced_drafts=forced_drafts, lookup_mix=self.lookup_mix)
-        while True:
-            step = gen.step()
-            yield step
-            if step.finish_reason is not None:
-                return
+        try:
+            while True:
+                step = gen.step()
+                yield step
+                if step.finish_reason is not None:
+                    return
+        finally:
+            if self.batchmates is not None:
+                self.batchmates.pop(self.seq_id, None)
 
 
 @dataclass
@@ -385,7 +423,8 @@ class _Generation:
         pad: list[int] = []
         looked_up: list[int] = []
         if not forced:
-            plan = self.policy.choose(k, minimum=self.draft_min)  # fixed before this pass draws: past passes only
+            # fixed before this pass draws: past passes only (its own, and its batchmates' in parallel slots)
+            plan = self.policy.choose(k, minimum=self.draft_min, others=engine.others())
             k = plan.k
             if self.lookup_mix is not None and engine.drafter is not None:
                 # from the committed sequence and past passes only, like k
@@ -434,8 +473,13 @@ class _Generation:
         # One target pass scores every draft position and the bonus row; with the token-wise rule a row becomes
         # a distribution only if the acceptance walk reaches it.
         n_rows = len(drafts) + 1
-        logits = target.eval(seq[len(target.tokens):] + drafts + plan.pad, n_logits=n_rows + len(plan.pad),
-                             copy=False)[:n_rows]
+        try:
+            logits = target.eval(seq[len(target.tokens):] + drafts + plan.pad, n_logits=n_rows + len(plan.pad),
+                                 copy=False)[:n_rows]
+        except ContextFull:  # the cache parallel slots share is full: this generation ends here
+            if engine.drafter is not None:
+                engine.drafter.keep(len(seq))
+            return Step([], 0, 0, t1 - t0, 0.0, "length")
         p_rows: dict[int, SparseProbs] = {}
 
         def p_row(i: int) -> SparseProbs:
@@ -458,7 +502,8 @@ class _Generation:
         if not plan.forced:  # forced drafts say nothing about the draft model, nor its costs
             self.policy.observe(PassRecord(
                 n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=t1 - t0 - catch_up - probe_step,
-                verify_seconds=t2 - t1, rows=n_rows + len(plan.pad), first_step=first or None,
+                verify_seconds=t2 - t1, rows=n_rows + len(plan.pad) + getattr(target, "others_in_batch", 0),
+                first_step=first or None,
                 run=target.same_shape_run if getattr(target, "offloaded", False) else None,
                 probe_step=probe_step or None, lookup=bool(plan.looked_up)))
             if plan.looked_up:  # lookup's acceptance is its own
@@ -485,6 +530,8 @@ class _Generation:
             self.constraint.commit(emitted)  # the tokens after an end of generation are not output
         self.seq.extend(new_tokens)
         self.n_emitted += len(emitted)
+        if self.engine.batchmates is not None:
+            self.engine.batchmates[self.engine.seq_id] = (len(drafts) + 1 + len(plan.pad), len(new_tokens))
         return Step(emitted, len(drafts), n_accepted, draft_seconds, verify_seconds, finish, logits, eog, masks,
                     len(plan.forced), len(drafts) if plan.looked_up else 0)
 

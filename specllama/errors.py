@@ -30,6 +30,14 @@ class SpecLlamaError(ValueError):
         self.param, self.code = param, code
 
 
+class ContextFull(SpecLlamaError):
+    """Tokens that do not fit a sequence's context, or the KV cache that
+    parallel sequences share: a generation ends there with "length"."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="context_length_exceeded")
+
+
 class SpecLlamaWarning(UserWarning):
     """A setting that works but probably not as meant (``--rpc`` with
     ``-ngl 0``, ...); the CLI shows it as one ``Warning: ...`` line."""

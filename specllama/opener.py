@@ -68,11 +68,16 @@ def _resolve(source: object, role: str) -> object:
 
 
 def _open(source: object, *, n_ctx: int, n_gpu_layers: int, n_threads: int | None, verbose: bool, flash_attn: bool,
-          rpc_servers: tuple[str, ...] = (), tensor_split: tuple[float, ...] | None = None) -> LlamaModel:
+          rpc_servers: tuple[str, ...] = (), tensor_split: tuple[float, ...] | None = None,
+          n_seq_max: int = 1) -> LlamaModel:
     if is_llama(source):
+        if n_seq_max > 1:
+            raise SpecLlamaError("parallel slots need models opened from files (an existing llama_cpp.Llama has one "
+                                 "sequence in its cache): pass their paths")
         return LlamaModel.from_llama(source)  # type: ignore[arg-type]
     return LlamaModel(source, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads,  # type: ignore[arg-type]
-                      verbose=verbose, rpc_servers=rpc_servers, tensor_split=tensor_split, flash_attn=flash_attn)
+                      verbose=verbose, rpc_servers=rpc_servers, tensor_split=tensor_split, flash_attn=flash_attn,
+                      n_seq_max=n_seq_max)
 
 
 def _check_rpc(target_src: object, draft_src: object, target_rpc: tuple[str, ...], draft_rpc: tuple[str, ...],
@@ -117,6 +122,7 @@ def open_engine(
     rpc_servers_draft: object = None,
     tensor_split: object = None,
     flash_attn: bool = False,
+    n_seq_max: int = 1,
 ) -> SpeculativeEngine:
     """Load the target (and, if ``use_draft``, the draft) and check they match.
 
@@ -151,6 +157,7 @@ def open_engine(
             device order, RPC servers first (llama.cpp's ``--tensor-split``).
         flash_attn: flash attention in both models opened from files
             (llama.cpp's ``-fa on``; see :class:`~specllama.backend.LlamaModel`).
+        n_seq_max: sequences both caches hold at once (parallel slots, :mod:`specllama.slots`).
 
     Raises:
         SpecLlamaError: a missing or unreadable file, an unknown pair, a
@@ -167,7 +174,7 @@ def open_engine(
     # every server answers, and its devices are registered, before the target loads
     add_rpc_servers(tuple(dict.fromkeys(target_rpc + draft_rpc)))
     target = _open(target_src, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, verbose=verbose,
-                   flash_attn=flash_attn, rpc_servers=target_rpc, tensor_split=split)
+                   flash_attn=flash_attn, rpc_servers=target_rpc, tensor_split=split, n_seq_max=n_seq_max)
     draft_model = None
     try:
         if not use_draft or draft_src is None:
@@ -176,7 +183,7 @@ def open_engine(
             engine = SpeculativeEngine(target, PROMPT_LOOKUP)
         else:
             draft_model = _open(draft_src, n_ctx=target.n_ctx, n_gpu_layers=ngld, n_threads=n_threads,
-                                verbose=verbose, flash_attn=flash_attn, rpc_servers=draft_rpc)
+                                verbose=verbose, flash_attn=flash_attn, rpc_servers=draft_rpc, n_seq_max=n_seq_max)
             engine = SpeculativeEngine(target, draft_model)
         if engine.drafter is not None:
             engine.cost_key = cost_key(target.path, draft_model.path if draft_model else PROMPT_LOOKUP,

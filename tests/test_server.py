@@ -55,9 +55,10 @@ def http(server):
 
 @pytest.fixture(scope="module")
 def slow_server(tiny_pair, tmp_path_factory):
-    """A long context (slow, long generations) and room for one waiting request."""
+    """A long context (slow, long generations), one slot and room for one waiting request."""
     proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX), "--draft-fixed",
-                          "--draft-max", "3", "--max-queue", "1", *THREADS], tmp_path_factory.mktemp("slow"))
+                          "--draft-max", "3", "-np", "1", "--max-queue", "1", *THREADS],
+                         tmp_path_factory.mktemp("slow"))
     yield proc
     proc.stop()
 
@@ -509,7 +510,8 @@ def test_a_full_queue_answers_503_with_retry_after(slow_server):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_shutdown_ends_requests_cleanly_and_exits_0(tiny_pair, tmp_path, sig):
-    proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX), *THREADS], tmp_path)
+    proc = ServerProcess(["-m", tiny_pair[0], "-md", tiny_pair[1], "-c", str(LONG_CTX), "-np", "1", *THREADS],
+                         tmp_path)
     try:
         running = _LongStream(proc.url)
         queued: dict = {}

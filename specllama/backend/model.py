@@ -17,7 +17,7 @@ from typing import Sequence
 import llama_cpp
 import numpy as np
 
-from ..errors import SpecLlamaError
+from ..errors import ContextFull, SpecLlamaError
 from ..prefix import common_prefix_len
 from ..vocab import VocabInfo
 from . import cpu, rpc
@@ -56,6 +56,27 @@ def default_threads() -> int:
     return os.cpu_count() or 1
 
 
+@contextlib.contextmanager
+def _context_params(**fields):
+    """``llama_cpp.Llama`` creates its context from llama.cpp's default
+    parameters and takes no ``n_seq_max``/``kv_unified``: while a model loads
+    here, the defaults it reads carry ``fields``."""
+    module = llama_cpp.llama_cpp
+    default = module.llama_context_default_params
+
+    def with_fields():
+        params = default()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    module.llama_context_default_params = with_fields
+    try:
+        yield
+    finally:
+        module.llama_context_default_params = default
+
+
 def _quantized(llama: "llama_cpp.Llama") -> bool:
     """Whether the model's weights are mostly quantized (its ``general.file_type``: not F32, F16 or BF16)."""
     buf = ctypes.create_string_buffer(16)
@@ -84,6 +105,11 @@ class LlamaModel:
             on the CPU it makes a row's logits depend more on the batch it was
             computed in (see benchmarks/numerics.py), so temperature-0 output
             of (k+1)-row passes parts sooner from one-row decoding.
+        n_seq_max: sequences the KV cache holds at once (parallel slots), sharing
+            its ``n_ctx`` cells as llama-server's unified cache does: each may
+            grow to ``n_ctx`` while the others leave room. :meth:`sequence`
+            gives each its own view; :meth:`decode_batch` decodes several in
+            one ``llama_decode``.
     """
 
     def __init__(
@@ -98,6 +124,7 @@ class LlamaModel:
         rpc_servers: Sequence[str] = (),
         tensor_split: Sequence[float] | None = None,
         flash_attn: bool = False,
+        n_seq_max: int = 1,
     ) -> None:
         self.path = check_gguf_file(path)
         self.rpc_servers: tuple[str, ...] = tuple(rpc_servers)
@@ -107,6 +134,9 @@ class LlamaModel:
         if n_ctx > MAX_N_CTX:
             raise SpecLlamaError(f"context size {n_ctx} is beyond what llama.cpp can hold: use -c/--ctx-size "
                                  f"{MAX_N_CTX} or less")
+        if not 1 <= n_seq_max <= llama_cpp.llama_max_parallel_sequences():
+            raise SpecLlamaError(f"parallel sequences must be 1..{llama_cpp.llama_max_parallel_sequences()}, "
+                                 f"got {n_seq_max}")
         if n_threads is not None and n_threads < 1:
             raise SpecLlamaError(f"threads must be >= 1, got {n_threads}")
         if n_threads is None:
@@ -124,7 +154,8 @@ class LlamaModel:
                 raise SpecLlamaError(f"tensor split gives {shares}, but {self.path!r} has "
                                      f"{n_devices} device{'' if n_devices == 1 else 's'} to split over{on}")
         def load() -> "llama_cpp.Llama":
-            with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None) as devices_array:
+            slots = _context_params(n_seq_max=n_seq_max, kv_unified=True) if n_seq_max > 1 else contextlib.nullcontext()
+            with quiet_stderr(not verbose), rpc.model_devices(offload[0] if offload else None) as devices_array, slots:
                 self._devices_array = devices_array  # the loaded model's params point into it
                 return llama_cpp.Llama(
                     model_path=self.path,
@@ -198,8 +229,18 @@ class LlamaModel:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
-        #: the tokens the KV cache holds, position by position
+        #: the tokens the KV cache holds, position by position (this view's sequence)
         self.tokens: list[int] = []
+        #: the sequence this object decodes (0; :meth:`sequence` gives views of the others)
+        self.seq_id = 0
+        self.n_seq_max = int(llama_cpp.llama_n_seq_max(self._ctx))
+        self._cells = actual  # the cells every sequence shares
+        self._base = self
+        self._views: dict[int, LlamaModel] = {0: self}
+        #: where a view's :meth:`eval` goes instead of decoding alone (a scheduler that batches sequences)
+        self.submit = None
+        #: tokens of other sequences in the last ``llama_decode`` this one took part in
+        self.others_in_batch = 0
         #: seconds spent inside llama.cpp decoding (and copying logits), ever
         self.decode_seconds = 0.0
         #: whether some of the model's layers run on a GPU, here or an RPC server's (a build that could
@@ -365,9 +406,10 @@ class LlamaModel:
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits must be in [0, {n}], got {n_logits}")
         if len(self.tokens) + n > self.n_ctx:
-            raise SpecLlamaError(
-                f"{len(self.tokens) + n} tokens do not fit the context of {self.n_ctx} (-c/--ctx-size)"
-            )
+            raise ContextFull(f"{len(self.tokens) + n} tokens do not fit the context of {self.n_ctx} (-c/--ctx-size)")
+        if self.submit is not None:
+            return self.submit(self, list(tokens), n_logits, copy)
+        self._check_cells(n)
         first_logit = n - n_logits
         last_chunk = n - (n - 1) // self.n_batch * self.n_batch if n else 0
         if n_logits > last_chunk:
@@ -380,12 +422,12 @@ class LlamaModel:
                 batch.token[j] = tok
                 batch.pos[j] = n_past + j
                 batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
+                batch.seq_id[j][0] = self.seq_id
                 batch.logits[j] = 1 if start + j >= first_logit else 0
             batch.n_tokens = len(chunk)
             shape = (len(chunk), max(0, start + len(chunk) - max(first_logit, start)))
-            self.same_shape_run = self.same_shape_run + 1 if shape == self._last_shape else 1
-            self._last_shape = shape
+            self._note_shape(shape)
+            self.others_in_batch = 0
             t0 = time.perf_counter()
             try:
                 rc = llama_cpp.llama_decode(self._ctx, batch)
@@ -436,9 +478,12 @@ class LlamaModel:
         return times
 
     def clear(self) -> None:
-        """Empty the cache, and tell the ``Llama`` object so (its own calls
-        then start afresh)."""
-        llama_cpp.llama_memory_clear(self._memory, True)
+        """Empty the cache (of this sequence, where there are several), and
+        tell the ``Llama`` object so (its own calls then start afresh)."""
+        if self.n_seq_max > 1:
+            llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, -1, -1)
+        else:
+            llama_cpp.llama_memory_clear(self._memory, True)
         del self.tokens[:]
         self.llama.n_tokens = 0
 
@@ -470,25 +515,122 @@ class LlamaModel:
                 n_match += 1
             if n_match >= min_chunk:
                 shift = head_p - head_c
-                llama_cpp.llama_memory_seq_rm(self._memory, 0, head_p, head_c)
-                llama_cpp.llama_memory_seq_add(self._memory, 0, head_c, head_c + n_match, shift)
+                llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, head_p, head_c)
+                llama_cpp.llama_memory_seq_add(self._memory, self.seq_id, head_c, head_c + n_match, shift)
                 cache[head_p:head_p + n_match] = cache[head_c:head_c + n_match]
                 head_p += n_match
                 head_c += n_match
                 n_past = head_p
             else:
                 head_c += 1
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, n_past, -1)
         del cache[n_past:]
         return n_past
 
     def _remove_from(self, pos: int) -> None:
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, pos, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, pos, -1):
             # Some caches (recurrent models) cannot drop a tail: start over.
-            llama_cpp.llama_memory_clear(self._memory, True)
+            llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, -1, -1)
             del self.tokens[:]
 
+    # -- parallel sequences --------------------------------------------------
+
+    def sequence(self, seq_id: int) -> "LlamaModel":
+        """A view of sequence ``seq_id`` of this model's cache: the same model,
+        its own token list (sequence 0's is this object's own); closing it
+        leaves the model open."""
+        base = self._base
+        if not 0 <= seq_id < base.n_seq_max:
+            raise ValueError(f"sequence {seq_id} is outside 0..{base.n_seq_max - 1}")
+        view = object.__new__(type(self))
+        view.__dict__.update(base.__dict__)
+        view.seq_id, view.tokens = seq_id, base.tokens if seq_id == 0 else []
+        view._owns_llama = view._holds_rpc = False
+        view.decode_seconds, view.submit, view.others_in_batch = 0.0, None, 0
+        base._views[seq_id] = view
+        return view
+
+    def free_cells(self) -> int:
+        """Cells of the shared cache that no sequence holds."""
+        base = self._base
+        return base._cells - sum(len(v.tokens) for v in base._views.values())
+
+    def _check_cells(self, n: int) -> None:
+        if self.n_seq_max > 1 and n > self.free_cells():
+            raise ContextFull(f"{n} more tokens do not fit the {self._base._cells} cells that the "
+                              f"{self.n_seq_max} parallel sequences share (-c/--ctx-size)")
+
+    def _note_shape(self, shape: tuple[int, int]) -> None:
+        base = self._base
+        base.same_shape_run = base.same_shape_run + 1 if shape == base._last_shape else 1
+        base._last_shape = shape
+        self.same_shape_run = base.same_shape_run
+
+    def decode_batch(self, pieces: Sequence[tuple["LlamaModel", Sequence[int], int]]) -> list:
+        """One ``llama_decode`` for several sequences: each piece is (a view,
+        tokens it appends, how many of its last rows get logits); at most
+        ``n_batch`` tokens in all.
+
+        Returns:
+            per piece, its logits rows (a view of llama.cpp's buffer, valid
+            until the next decode) or the :class:`ContextFull` it raised
+            (it then appended nothing).
+        """
+        base = self._base
+        out: list = [None] * len(pieces)
+        free = self.free_cells()
+        taken = []
+        for i, (view, tokens, n_logits) in enumerate(pieces):
+            if len(view.tokens) + len(tokens) > view.n_ctx or len(tokens) > free:
+                out[i] = ContextFull(f"{len(tokens)} more tokens do not fit: sequence {view.seq_id} holds "
+                                     f"{len(view.tokens)} of a context of {view.n_ctx}, and {free} cells of the "
+                                     f"shared cache are free (-c/--ctx-size)")
+                continue
+            free -= len(tokens)
+            taken.append(i)
+        n_total = sum(len(pieces[i][1]) for i in taken)
+        if n_total > base.n_batch:
+            raise ValueError(f"{n_total} tokens are more than one batch of {base.n_batch}")
+        if not taken:
+            return out
+        batch, j, n_rows = base._batch, 0, 0
+        for i in taken:
+            view, tokens, n_logits = pieces[i]
+            n_past, first_logit = len(view.tokens), len(tokens) - n_logits
+            for t, tok in enumerate(tokens):
+                batch.token[j] = tok
+                batch.pos[j] = n_past + t
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = view.seq_id
+                batch.logits[j] = 1 if t >= first_logit else 0
+                j += 1
+            n_rows += n_logits
+        batch.n_tokens = n_total
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(base._ctx, batch)
+        if rc != 0:
+            for i in taken:
+                pieces[i][0]._remove_from(len(pieces[i][0].tokens))
+            raise RuntimeError(f"llama_decode failed with code {rc} on {base.path!r} ({len(taken)} sequences)")
+        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(base._ctx), shape=(max(n_rows, 1), base.n_vocab))
+        seconds = time.perf_counter() - t0
+        row = 0
+        for i in taken:
+            view, tokens, n_logits = pieces[i]
+            view.tokens.extend(int(t) for t in tokens)
+            view.decode_seconds += seconds
+            view.others_in_batch = n_total - len(tokens)
+            view._note_shape((n_total, n_rows))
+            out[i] = rows[row:row + n_logits]
+            row += n_logits
+        return out
+
     def close(self) -> None:
+        if self._base is not self:
+            self._base._views.pop(self.seq_id, None)
+            if self.seq_id == 0:
+                self._base._views[0] = self._base
+            return
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

@@ -61,7 +61,9 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
     :meth:`Worker.shutdown` ends the requests in flight (SIGINT/SIGTERM).
     """
     llm: SpeculativeLlama = worker.start()
-    metrics = Metrics(queue_length=lambda: worker.queue_length, running=lambda: worker.running)
+    slots = llm.slots
+    metrics = Metrics(queue_length=lambda: worker.queue_length, running=lambda: worker.running, slots=worker.slots,
+                      batches=(lambda: (slots.n_target_passes, slots.n_target_rows)) if slots is not None else None)
 
     def record(job: AsyncJob, outcome: str, stats) -> None:  # in the worker thread, before the job hears
         metrics.record(job.endpoint, outcome, stats, time.perf_counter() - job.arrived if outcome == OK else None)
@@ -182,6 +184,14 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
         if not worker.accepting:
             return JSONResponse(shutting_down().body(), status_code=503)
         return JSONResponse({"status": "ok"})
+
+    @app.get("/slots")
+    async def slot_states() -> list[dict]:
+        """llama-server's ``GET /slots``: each slot, busy or idle."""
+        if slots is not None:
+            return slots.describe()
+        return [{"id": 0, "id_task": -1, "n_ctx": llm.engine.target.n_ctx, "is_processing": worker.running > 0,
+                 "n_cached": len(llm.engine.target.tokens), "speculative": llm.engine.drafter is not None}]
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:

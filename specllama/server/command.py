@@ -13,7 +13,15 @@ import click
 
 from ..cli_flags import boundary, chat_format_option, generation_flags, load_kwargs, model_options, n_predict_option
 from ..model_refs import model_id
-from .settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, WEB_DIR, RequestDefaults, ServerSettings
+from .settings import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PARALLEL,
+    DEFAULT_PORT,
+    WEB_DIR,
+    RequestDefaults,
+    ServerSettings,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 API_KEY_ENV = "SPECLLAMA_API_KEY"
@@ -28,8 +36,11 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
               help=f"Require 'Authorization: Bearer KEY' on the API (also ${API_KEY_ENV}).")
 @click.option("--alias", default=None, help="The model id the server reports (default: the target's file name, "
               "or its ollama:/hf:/lmstudio: reference).")
+@click.option("-np", "--parallel", "n_parallel", type=click.IntRange(1, 256), default=DEFAULT_PARALLEL,
+              show_default=True, help="Requests that run at once, in parallel slots whose passes are decoded in "
+              "shared batches (llama-server's -np); -c/--ctx-size is the cache they share.")
 @click.option("--max-queue", type=click.IntRange(min=0), default=DEFAULT_MAX_QUEUE, show_default=True,
-              help="Requests that may wait behind the running one; more get 503 with Retry-After.")
+              help="Requests that may wait behind the running ones; more get 503 with Retry-After.")
 @chat_format_option
 @click.option("--cors-origin", "cors_origins", multiple=True,
               help="Allow cross-origin requests from this origin (repeatable; '*': any). None by default.")
@@ -45,12 +56,13 @@ API_KEY_ENV = "SPECLLAMA_API_KEY"
                    "completion, where the text to write often stands in the file already.")
 @boundary
 def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, threads, host, port, api_key, alias,
-          max_queue, chat_format, cors_origins, n_predict, no_webui, cache_reuse, draft_lookup, **o) -> None:
+          n_parallel, max_queue,
+          chat_format, cors_origins, n_predict, no_webui, cache_reuse, draft_lookup, **o) -> None:
     """Serve the pair over HTTP: OpenAI's /v1/completions and /v1/chat/completions,
     and a chat page at / that shows which tokens the draft proposed.
 
     Fields a request omits take the sampling flags here. One request runs at
-    a time, in arrival order. Stop with Ctrl-C or SIGTERM.
+    a time per slot (-np), in arrival order. Stop with Ctrl-C or SIGTERM.
     """
     if o["ignore_eos"]:
         raise click.ClickException("--ignore-eos is not supported by serve (a request ends at the model's end "
@@ -80,7 +92,7 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
         n_ctx=ctx_size, draft_max=o["draft_max"], draft_min=o["draft_min"], seed=o["seed"], n_threads=threads,
         adaptive=not o["draft_fixed"], rule=o["rule"], chat_format=chat_format, convention="openai",
         last_n_tokens_size=o["repeat_last_n"], cache_reuse=cache_reuse, **load,
-        draft_lookup=draft_lookup), max_queue=max_queue)
+        draft_lookup=draft_lookup, n_parallel=n_parallel), max_queue=max_queue, slots=n_parallel)
     try:
         llm = worker.start()  # the worker thread opens the models: it is the one that runs them
         settings = ServerSettings(alias=alias or model_id(model, llm.model_path), api_key=api_key or None,

@@ -35,12 +35,16 @@ class Metrics:
 
     Args:
         queue_length: the number of requests waiting now.
-        running: 1 while a generation runs, else 0.
+        running: the generations running now (at most the slots).
+        slots: how many generations may run at once (``-np``).
+        batches: (target passes, their rows) of the parallel slots so far.
     """
 
-    def __init__(self, *, queue_length: Callable[[], int] = lambda: 0, running: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, *, queue_length: Callable[[], int] = lambda: 0, running: Callable[[], int] = lambda: 0,
+                 slots: int = 1, batches: Callable[[], tuple[int, int]] | None = None) -> None:
         self._lock = threading.Lock()
         self._queue_length, self._running = queue_length, running
+        self._slots, self._batches = slots, batches
         self._requests: dict[tuple[str, str], int] = defaultdict(int)
         self._totals: dict[str, float] = {name: 0 for name in _COUNTERS}
         self._tried: list[int] = []
@@ -92,7 +96,14 @@ class Metrics:
             family("draft_position_accepted_total", "counter", "Draft tokens accepted at each draft position.",
                    [(_labels(position=i), n) for i, n in enumerate(self._accepted)])
             family("queue_length", "gauge", "Requests waiting for the model.", [("", self._queue_length())])
-            family("requests_running", "gauge", "Generations running now (0 or 1).", [("", self._running())])
+            family("requests_running", "gauge", "Generations running now (busy slots).", [("", self._running())])
+            family("slots", "gauge", "Generations that may run at once (-np).", [("", self._slots)])
+            if self._batches is not None:
+                passes, rows = self._batches()
+                family("batch_target_passes_total", "counter", "Target passes of the parallel slots, each one "
+                       "llama_decode for every running slot.", [("", passes)])
+                family("batch_target_rows_total", "counter", "Logits rows of those passes (per pass: rows per pass).",
+                       [("", rows)])
             name = "request_duration_seconds"
             lines.append(f"# HELP {PREFIX}{name} Time from a completed request's arrival to the end of its generation.")
             lines.append(f"# TYPE {PREFIX}{name} histogram")

@@ -8,6 +8,10 @@ then a worker generating) makes libgomp manage more threads than there are
 cores, and it then cuts its spin-waits short: every barrier sleeps, and the
 tiny test pair decodes 14x slower on 2 cores. Request threads only tokenize.
 
+With ``slots`` > 1 (``serve -np N``) up to that many jobs run at once, each
+pulled by a thread of its own; the model's parallel slots
+(:mod:`specllama.slots`) do their decoding, in one thread of theirs, batched.
+
 A job is an API chunk iterator (``SpeculativeLlama.create_*(stream=True)``)
 and where its chunks go. The worker thread takes jobs in arrival order and
 pulls their chunks; each chunk is one target pass, so a job cancelled by
@@ -64,11 +68,14 @@ class Worker:
             refused with :class:`QueueFull`.
         on_finish: called with (job, outcome, stats) before the job hears
             of its end (metrics, so they are current when a response is).
+        slots: jobs that run at once (the model's ``n_parallel``).
     """
 
     def __init__(self, open_model: Callable[[], Any], *, max_queue: int,
-                 on_finish: Callable[[Job, str, GenerationStats | None], None] = lambda *a: None) -> None:
+                 on_finish: Callable[[Job, str, GenerationStats | None], None] = lambda *a: None,
+                 slots: int = 1) -> None:
         self.max_queue = max_queue
+        self.slots = slots
         self.on_finish = on_finish
         self.model: Any = None
         self._open_model = open_model
@@ -76,7 +83,7 @@ class Worker:
         self._open_error: BaseException | None = None
         self._cond = threading.Condition()
         self._waiting: deque[Job] = deque()
-        self._running: Job | None = None
+        self._running: list[Job] = []
         self._accepting = True
         self._shutting_down = False
         self._stopped = False
@@ -115,15 +122,15 @@ class Worker:
             if not self._accepting:
                 raise ShuttingDown
             dropped = [j for j in self._waiting if client is not None and _warm_up_of(j, client)]
-            busy = self._running is not None or self._waiting
+            busy = len(self._running) >= self.slots or self._waiting
             if busy and len(self._waiting) - len(dropped) >= self.max_queue:
                 raise QueueFull  # refused: nothing is superseded
             for j in dropped:
                 self._waiting.remove(j)
-            running = self._running
-            if running is not None and client is not None and _warm_up_of(running, client):
-                running.superseded = True  # type: ignore[attr-defined]
-                running.cancelled = True
+            for running in self._running:
+                if client is not None and _warm_up_of(running, client):
+                    running.superseded = True  # type: ignore[attr-defined]
+                    running.cancelled = True
             self._waiting.append(job)
             self._cond.notify_all()
         for j in dropped:
@@ -142,12 +149,12 @@ class Worker:
 
     @property
     def queue_length(self) -> int:
-        """Jobs waiting (the running one not counted)."""
+        """Jobs waiting (the running ones not counted)."""
         return len(self._waiting)
 
     @property
     def running(self) -> int:
-        return int(self._running is not None)
+        return len(self._running)
 
     @property
     def accepting(self) -> bool:
@@ -187,18 +194,29 @@ class Worker:
         try:
             while True:
                 with self._cond:
-                    while not self._waiting and not self._stopped:
+                    while (not self._waiting or len(self._running) >= self.slots) and not self._stopped:
                         self._cond.wait()
                     if not self._waiting:
+                        while self._running:  # stopped: the running jobs end after their current pass
+                            self._cond.wait()
                         return
-                    job = self._running = self._waiting.popleft()
-                outcome, error = self._generate(job)
-                stats = self.model.take_stats()
-                with self._cond:
-                    self._running = None
-                self._end(job, outcome, stats, error)
+                    job = self._waiting.popleft()
+                    self._running.append(job)
+                if self.slots == 1:
+                    self._work(job)
+                else:
+                    threading.Thread(target=self._work, args=(job,), name="specllama-job", daemon=True).start()
         finally:
             self.model.close()
+
+    def _work(self, job: Job) -> None:
+        outcome, error = self._generate(job)
+        # the generation's own record with parallel slots; else the model's latest
+        stats = getattr(job.chunks, "stats", None) if self.slots > 1 else self.model.take_stats()
+        with self._cond:
+            self._running.remove(job)
+            self._cond.notify_all()
+        self._end(job, outcome, stats, error)
 
     def _generate(self, job: Job) -> tuple[str, BaseException | None]:
         outcome: str = OK
