@@ -20,7 +20,7 @@ from specllama.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS_MD = ROOT / "docs" / "flags.md"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md",
-        ROOT / "benchmarks" / "RESULTS.md"]
+        ROOT / "benchmarks" / "RESULTS.md", ROOT / "benchmarks" / "history" / "details-2026-12.md"]
 
 CODE = re.compile(r"`([^`]+)`")
 UNSET = getattr(click.core, "UNSET", None)  # click >= 8.3: the default of a flag given none
