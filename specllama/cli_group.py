@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": "specllama.cli:bench",
     "verify": "specllama.verify_command:verify",
     "serve": "specllama.server.command:serve",
+    "batch": "specllama.batch_command:batch",
     "models": "specllama.cli_models:models",
     "pull": "specllama.cli:pull",
     "pair": "specllama.cli:pair",

@@ -71,7 +71,8 @@ def test_the_import_graph_has_no_circle():
 def test_the_cycle_finder_finds_a_planted_circle():
     graph = import_graph()
     graph["specllama.cli_flags"].add("specllama.cli")  # what the option helpers once did
-    assert ["specllama.cli", "specllama.cli_flags", "specllama.cli"] in find_cycles(graph)
+    # found from whichever of the two the walk reaches first
+    assert [c for c in find_cycles(graph) if set(c) == {"specllama.cli", "specllama.cli_flags"} and len(c) == 3]
 
 
 @pytest.mark.parametrize("module", ["specllama.server.schemas", "specllama.options", "specllama.sampling",

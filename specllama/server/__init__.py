@@ -3,7 +3,8 @@
 A surface like the CLI: request bodies become ``SpeculativeLlama`` calls
 (``convention="openai"``) and the API's dicts are sent back. Modules:
 ``command`` (the click command), ``settings`` (constants, flags as data),
-``schemas`` (request models), ``errors`` (OpenAI error objects), ``model``
+``schemas`` (request models), ``calls`` (a body to the API's call and
+its answer, shared with ``specllama batch``), ``errors`` (OpenAI error objects), ``model``
 (the served ``SpeculativeLlama``), ``worker`` (one generation at a time, in
 arrival order), ``jobs`` (JSON and SSE answers), ``metrics`` (Prometheus),
 ``middleware`` (log line, body limit, API key), ``app`` (the FastAPI app),

@@ -2,10 +2,10 @@
 extras (``/health``, ``/metrics``, ``/tokenize``, ``/detokenize``,
 ``timings``, per-request ``speculative.n_max``), over one model pair.
 
-Handlers only parse and format. A request body becomes
-``SpeculativeLlama.create_*`` keyword arguments (:mod:`.schemas`); the
-call checks every value (``convention="openai"``) and returns the API's chunk
-stream, which the worker runs when its turn comes (:mod:`.worker`);
+Handlers only parse and format. A request body becomes a
+``SpeculativeLlama.create_*`` call (:mod:`.calls`, shared with ``specllama
+batch``); the call checks every value (``convention="openai"``) and returns
+the API's chunk stream, which the worker runs when its turn comes (:mod:`.worker`);
 answers are the API's own dicts (:mod:`.jobs`). Errors are OpenAI error
 objects (:mod:`.errors`), never a traceback.
 """
@@ -29,9 +29,10 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
-from ..api import SpeculativeLlama, collect_chat, collect_completion
+from ..api import SpeculativeLlama
 from ..options import check_prompt_tokens
-from .errors import ApiError, from_value_error, internal_error, not_utf8, shutting_down
+from .calls import CHAT, COMPLETIONS, ROUTES, open_stream
+from .errors import ApiError, internal_error, not_utf8, shutting_down
 from .jobs import AsyncJob, events, respond
 from .metrics import Metrics
 from .middleware import JOB_KEY, NOTE_KEY, AccessLog, ApiKeyAuth, BodyLimit
@@ -44,11 +45,10 @@ from .native import (
     create_native,
     warm_up_fields,
 )
-from .schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest, parse
+from .schemas import DetokenizeRequest, TokenizeRequest, parse
 from .settings import PROTECTED_PREFIXES, RETRY_AFTER_SECONDS, SHUTDOWN_GRACE_SECONDS, ServerSettings
 from .worker import OK, SHUTDOWN, QueueFull, ShuttingDown, Worker
 
-COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 WEB_PREFIX = "/web"  # the page's CSS, JavaScript and icon (the page itself is /)
 SSE_SEPARATOR = "\n"  # "data: {...}\n\n", as OpenAI sends them
 
@@ -116,14 +116,10 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
         arrived = time.perf_counter()
         try:
             req = parse(model, await _json_body(request))
-            kwargs, renames = req.api_kwargs(settings.defaults)
             if native:
                 create, collect = partial(create_native, llm, req), collect_native(req)
-            try:
-                chunks = await asyncio.get_running_loop().run_in_executor(
-                    intake, partial(create, model=settings.alias, **kwargs))
-            except ValueError as e:  # the API's one validator said no
-                raise from_value_error(e, prompt_field=prompt_field, renames=renames) from None
+            chunks = await asyncio.get_running_loop().run_in_executor(intake, partial(
+                open_stream, create, req, defaults=settings.defaults, alias=settings.alias, prompt_field=prompt_field))
             job = AsyncJob(chunks, endpoint=endpoint, arrived=arrived, **(
                 warm_up_fields(req, request.client.host if request.client else None) if native else {}))
             try:
@@ -150,15 +146,18 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
                                        sep=SSE_SEPARATOR, shutdown_grace_period=SHUTDOWN_GRACE_SECONDS)
         return await respond(job, worker, request, collect)
 
+    async def openai(request: Request, path: str):
+        route = ROUTES[path]
+        return await generation(request, route.request, route.method(llm), route.collect, path,
+                                route.prompt_field)
+
     @app.post(COMPLETIONS)
     async def completions(request: Request):
-        return await generation(request, CompletionRequest, llm.create_completion, collect_completion,
-                                COMPLETIONS, "prompt")
+        return await openai(request, COMPLETIONS)
 
     @app.post(CHAT)
     async def chat_completions(request: Request):
-        return await generation(request, ChatCompletionRequest, llm.create_chat_completion, collect_chat,
-                                CHAT, "messages")
+        return await openai(request, CHAT)
 
     @app.post(INFILL)
     async def infill(request: Request):

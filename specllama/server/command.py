@@ -70,9 +70,7 @@ def serve(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     if o["color"] != "auto":
         raise click.ClickException("--color is for generate and chat: serve prints no generated text")
 
-    defaults = RequestDefaults(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
-                               repeat_penalty=o["repeat_penalty"], presence_penalty=o["presence_penalty"],
-                               frequency_penalty=o["frequency_penalty"], max_tokens=n_predict)
+    defaults = RequestDefaults.from_flags(o, n_predict)
     # the defaults must pass the rules requests are held to, before anything loads
     generation_flags(dict(o, **defaults.sampling()), convention="openai", max_tokens=n_predict)
 

@@ -40,6 +40,13 @@ class RequestDefaults:
     frequency_penalty: float = 0.0
     max_tokens: int | None = None
 
+    @classmethod
+    def from_flags(cls, o: dict, max_tokens: int | None) -> "RequestDefaults":
+        """The sampling flags of ``specllama serve`` or ``batch`` (click's values by name), and ``-n``."""
+        return cls(temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
+                   repeat_penalty=o["repeat_penalty"], presence_penalty=o["presence_penalty"],
+                   frequency_penalty=o["frequency_penalty"], max_tokens=max_tokens)
+
     def sampling(self) -> dict:
         """The sampling fields as API keyword arguments."""
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
