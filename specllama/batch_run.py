@@ -179,10 +179,9 @@ def _lines(n: int) -> str:
 
 def open_llama(kwargs: dict, n_parallel: int) -> SpeculativeLlama:
     """The model pair for a batch: ``SpeculativeLlama(**kwargs)`` under the
-    server's rules (``convention="openai"``), with ``n_parallel`` slots when
-    more than one request runs at once."""
-    slots = {"n_parallel": n_parallel} if n_parallel > 1 else {}
-    return SpeculativeLlama(**kwargs, convention="openai", **slots)
+    server's rules (``convention="openai"``), with ``n_parallel`` slots
+    (:mod:`specllama.slots`: their passes are decoded in shared batches)."""
+    return SpeculativeLlama(**kwargs, convention="openai", n_parallel=n_parallel)
 
 
 # -- reading -----------------------------------------------------------------

@@ -178,7 +178,6 @@ def test_a_failed_answer_already_written_keeps_the_exit_status_nonzero(tiny_pair
         f"batch: 0 answered, 1 skipped (already in {out}, 1 of them failed); answers in {out}")
 
 
-@pytest.mark.xfail(strict=False, reason="needs SpeculativeLlama(n_parallel)")
 def test_parallel_slots_give_the_same_answers_at_temperature_0(tiny_pair, tmp_path):
     requests = write_jsonl(tmp_path / "requests.jsonl", REQUESTS)
     one, two = tmp_path / "np1.jsonl", tmp_path / "np2.jsonl"
