@@ -82,7 +82,7 @@ class LegacyPolicy:
 
         self.p = DraftLengthPolicy()
 
-    def choose(self, cap: int, *, minimum: int = 0, others=None) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         k = self.p.choose(cap, minimum=minimum)
         rows = self.p.take_probe() if k == 0 else 0
         return Plan(k, max(rows - 1, 0))

@@ -27,7 +27,6 @@ from .policy import (
     DEFAULT_DRAFT_MAX,
     WARM_UP_TIMINGS,
     AdaptivePolicy,
-    Batchmates,
     DraftPolicy,
     FixedPolicy,
     PassRecord,
@@ -160,15 +159,15 @@ class SpeculativeEngine:
         #: with a draft model: prompt-lookup drafts taken instead of its drafts in the passes where
         #: they promise more (:class:`~specllama.lookup_mix.LookupMix`; None: the draft model's only)
         self.lookup_mix: LookupMix | None = None
-        #: in a parallel slot (:meth:`for_sequence`): each running slot's latest pass, (rows, tokens), by sequence
-        self.batchmates: dict[int, tuple[int, int]] | None = None
+        #: in a parallel slot (:meth:`for_sequence`): the sequences of the slots running now
+        self.batchmates: set[int] | None = None
         self.seq_id = 0
 
-    def for_sequence(self, seq_id: int, batchmates: dict[int, tuple[int, int]]) -> "SpeculativeEngine":
+    def for_sequence(self, seq_id: int, batchmates: set[int]) -> "SpeculativeEngine":
         """An engine for parallel slot ``seq_id``: both models' views of that
         sequence, a drafter of its own, and a policy that shares this one's
-        costs and acceptance but chooses for its own sequence, against the
-        rows the other running slots put in the same batch (``batchmates``)."""
+        costs and acceptance but chooses for its own sequence. ``batchmates``:
+        the sequences of the running slots, a set the slots' engines share."""
         if self.drafter is not None and not isinstance(self.drafter, (ModelDrafter, PromptLookupDrafter)):
             raise SpecLlamaError("parallel slots draft with a draft model or prompt lookup, not a custom drafter")
         engine = SpeculativeEngine(self.target.sequence(seq_id), None, check=False, clock=self.clock)
@@ -183,12 +182,9 @@ class SpeculativeEngine:
         engine.batchmates, engine.seq_id = batchmates, seq_id
         return engine
 
-    def others(self) -> Batchmates | None:
-        """The other running slots' rows and tokens in their latest passes (None outside slots)."""
-        if self.batchmates is None:
-            return None
-        mates = [v for k, v in list(self.batchmates.items()) if k != self.seq_id]
-        return Batchmates(sum(r for r, _ in mates), sum(t for _, t in mates)) if mates else None
+    def alone(self) -> bool:
+        """Whether no other parallel slot is running (always, outside slots)."""
+        return self.batchmates is None or not self.batchmates - {self.seq_id}
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
@@ -343,6 +339,8 @@ class SpeculativeEngine:
         policy.new_sequence(len(seq) - 1, draft_fed=feed)
         if adaptive and draft_max > 0:
             self._notice(draft_max)
+        if self.batchmates is not None:
+            self.batchmates.add(self.seq_id)
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
                           max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,
                           forced_drafts=forced_drafts, lookup_mix=self.lookup_mix)
@@ -354,7 +352,7 @@ class SpeculativeEngine:
                     return
         finally:
             if self.batchmates is not None:
-                self.batchmates.pop(self.seq_id, None)
+                self.batchmates.discard(self.seq_id)
 
 
 @dataclass
@@ -423,12 +421,15 @@ class _Generation:
         pad: list[int] = []
         looked_up: list[int] = []
         if not forced:
-            # fixed before this pass draws: past passes only (its own, and its batchmates' in parallel slots)
-            plan = self.policy.choose(k, minimum=self.draft_min, others=engine.others())
+            # In parallel slots a pass drafts only while its slot runs alone: the others' rows share the target's
+            # pass, and no model of such shared passes yet chose draft lengths that beat none there (issue 48 in
+            # benchmarks/RESULTS.md#many-requests-at-once). Like k, a function of past passes only.
+            plan = self.policy.choose(k if engine.alone() else 0, minimum=self.draft_min if engine.alone() else 0)
             k = plan.k
             if self.lookup_mix is not None and engine.drafter is not None:
                 # from the committed sequence and past passes only, like k
-                looked_up = self.lookup_mix.plan(seq, room_k, self.policy, k, engine.target.is_eog)
+                looked_up = self.lookup_mix.plan(seq, room_k if engine.alone() else 0, self.policy, k,
+                                                 engine.target.is_eog)
             if k == 0 and not looked_up:
                 pad = [seq[-1]] * min(plan.pad, room_k)
         return _Pass(k, room_k, forced, looked_up, pad, rows, row_fn)
@@ -499,11 +500,12 @@ class _Generation:
         if engine.drafter is not None:
             engine.drafter.keep(len(seq) + n_accepted)
         t2 = clock()
-        if not plan.forced:  # forced drafts say nothing about the draft model, nor its costs
+        # forced drafts say nothing about the draft model, nor its costs; a pass shared with other parallel slots'
+        # sequences is not this machine's cost of its rows alone
+        if not plan.forced and not getattr(target, "others_in_batch", 0):
             self.policy.observe(PassRecord(
                 n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=t1 - t0 - catch_up - probe_step,
-                verify_seconds=t2 - t1, rows=n_rows + len(plan.pad) + getattr(target, "others_in_batch", 0),
-                first_step=first or None,
+                verify_seconds=t2 - t1, rows=n_rows + len(plan.pad), first_step=first or None,
                 run=target.same_shape_run if getattr(target, "offloaded", False) else None,
                 probe_step=probe_step or None, lookup=bool(plan.looked_up)))
             if plan.looked_up:  # lookup's acceptance is its own
@@ -530,8 +532,6 @@ class _Generation:
             self.constraint.commit(emitted)  # the tokens after an end of generation are not output
         self.seq.extend(new_tokens)
         self.n_emitted += len(emitted)
-        if self.engine.batchmates is not None:
-            self.engine.batchmates[self.engine.seq_id] = (len(drafts) + 1 + len(plan.pad), len(new_tokens))
         return Step(emitted, len(drafts), n_accepted, draft_seconds, verify_seconds, finish, logits, eog, masks,
                     len(plan.forced), len(drafts) if plan.looked_up else 0)
 

@@ -97,7 +97,7 @@ class CheapDraftPolicy(AdaptivePolicy):
         super().__init__()
         self.choices: list[tuple[int, int]] = []
 
-    def choose(self, cap: int, *, minimum: int = 0, others=None) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         plan = super().choose(cap, minimum=minimum)
         self.choices.append((cap, plan.k))
         return plan
@@ -121,7 +121,7 @@ class PastDependentPolicy(MeasuredPolicy):
         super().__init__()
         self.last_accepted = 2
 
-    def choose(self, cap: int, *, minimum: int = 0, others=None) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         return Plan(min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0)
 
     def drafting(self, cap: int) -> bool:

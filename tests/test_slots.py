@@ -205,8 +205,8 @@ def test_the_joint_law_of_each_slots_first_two_tokens_is_the_targets(tiny_pair, 
 
 
 def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
-    """A planted bug: in each batch, the first and last sequences' logits rows swapped (where their counts
-    match). The same check fails."""
+    """A planted bug: in each batch of several sequences, the first and the last sequence's last logits rows
+    swapped. The same check fails."""
     solo = open_tiny_engine(tiny_pair)
     try:
         bins, expected = two_token_law(solo, PLAIN, None, N_RUNS)
@@ -216,8 +216,10 @@ def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
 
     def swapped(self, pieces):
         out = decode(self, pieces)
-        if len(out) > 1 and out[0] is not None and out[-1] is not None and len(out[0]) == len(out[-1]) > 0:
-            out[0], out[-1] = out[-1].copy(), out[0].copy()
+        if len(out) > 1 and all(isinstance(o, np.ndarray) and len(o) for o in (out[0], out[-1])):
+            first, last = out[0][-1].copy(), out[-1][-1].copy()
+            out[0], out[-1] = out[0].copy(), out[-1].copy()
+            out[0][-1], out[-1][-1] = last, first
         return out
 
     monkeypatch.setattr(LlamaModel, "decode_batch", swapped)
@@ -228,3 +230,24 @@ def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
         slots.close()
     with pytest.raises(AssertionError):
         assert_distributed_as(counts, expected)
+
+
+def test_a_new_generation_keeps_only_the_cache_it_reuses(tiny_pair):
+    """Every pass attends over the cells all slots hold, so idle slots' caches go when a generation starts,
+    except the one the new prompt shares the longest prefix with (as one slot keeps its one cache)."""
+    t, d = tiny_pair
+    with SpeculativeLlama(t, d, n_ctx=1024, n_threads=1, n_parallel=3) as par:
+        streams = [par.create_completion(p, max_tokens=12, temperature=0, stream=True) for p in PROMPTS[:3]]
+        for s in streams:
+            next(s)  # all three run at once, in three slots
+        for s in streams:
+            list(s)
+        held = [len(s.engine.target.tokens) for s in par.slots._slots]
+        assert all(n > 0 for n in held)
+        again = par.create_completion(PROMPTS[1] + " and", max_tokens=4, temperature=0)
+        assert again["choices"][0]["finish_reason"] == "length"
+        after = [len(s.engine.target.tokens) for s in par.slots._slots]
+        assert sum(n > 0 for n in after) == 1  # the slot it took, which held PROMPTS[1]
+        kept = next(s for s in par.slots._slots if s.engine.target.tokens)
+        assert par.slots.engine.target.free_cells() == 1024 - len(kept.engine.target.tokens)
+        assert kept.engine.target.tokens[:len(par.tokenize(PROMPTS[1]))] == par.tokenize(PROMPTS[1])

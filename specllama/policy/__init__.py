@@ -9,9 +9,9 @@
 from .acceptance import expected_tokens
 from .adaptive import AdaptivePolicy, FixedPolicy, MeasuredPolicy, warm_up_rows
 from .costs import SETTLED
-from .protocol import DEFAULT_DRAFT_MAX, Batchmates, DraftPolicy, PassRecord, Plan, WarmUp
+from .protocol import DEFAULT_DRAFT_MAX, DraftPolicy, PassRecord, Plan, WarmUp
 
 WARM_UP_TIMINGS = 5  # timings of each kind the warm-up at load takes (their median is used)
 
-__all__ = ["AdaptivePolicy", "Batchmates", "DEFAULT_DRAFT_MAX", "DraftPolicy", "FixedPolicy", "MeasuredPolicy",
-           "PassRecord", "Plan", "SETTLED", "WARM_UP_TIMINGS", "WarmUp", "expected_tokens", "warm_up_rows"]
+__all__ = ["AdaptivePolicy", "DEFAULT_DRAFT_MAX", "DraftPolicy", "FixedPolicy", "MeasuredPolicy", "PassRecord",
+           "Plan", "SETTLED", "WARM_UP_TIMINGS", "WarmUp", "expected_tokens", "warm_up_rows"]

@@ -40,7 +40,7 @@ import numpy as np
 
 from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens
 from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
-from .protocol import Batchmates, PassRecord, Plan, WarmUp
+from .protocol import PassRecord, Plan, WarmUp
 
 EXPLORE = 0.3  # the draws' spread, times the posterior's: less explores less (and learns slower)
 HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over when choosing
@@ -210,7 +210,6 @@ class AdaptivePolicy(MeasuredPolicy):
         self.rng = np.random.default_rng(SEED)
         self.last_k = -1  # the last plan's draft length
         self.held = 0  # passes the last draft length is still kept (a GPU's new shape, until it settles)
-        self.others = Batchmates(0, 0)  # in parallel slots: the rows and tokens of the rest of the batch
 
     def fork(self, stream: int) -> "AdaptivePolicy":
         """The policy of parallel slot ``stream``: this one's costs and acceptance (one machine, one pair), its own
@@ -221,8 +220,7 @@ class AdaptivePolicy(MeasuredPolicy):
         other.rng = np.random.default_rng([SEED, stream + 1])
         return other
 
-    def choose(self, cap: int, *, minimum: int = 0, others: Batchmates | None = None) -> Plan:
-        self.others = others or Batchmates(0, 0)
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         minimum = min(minimum, cap)
         plan = self._choose(cap, minimum)
         if plan.k < minimum:
@@ -239,13 +237,12 @@ class AdaptivePolicy(MeasuredPolicy):
         self.held = 0
         if cap <= 0:
             return Plan(0)
-        means = self.prices(cap + self.others.rows)
+        means = self.prices(cap)
         if means is None:  # not timed yet: the 1-row pass (every choice's yardstick), then the longest draft
             return Plan(cap if self.costs.known(1) else minimum)
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
-        draw = self.prices(cap + self.others.rows, self.rng, EXPLORE)
-        accept = self.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
+        draw, accept = self.prices(cap, self.rng, EXPLORE), self.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
         k = self._best(cap, minimum, draw, accept, HORIZON)
         best = self._best(cap, minimum, means, self.acceptance.means(cap), HORIZON)
         if k == best:
@@ -268,11 +265,9 @@ class AdaptivePolicy(MeasuredPolicy):
 
     def _rate(self, k: int, prices: Prices, accept: list[float], horizon: float) -> float:
         """Tokens per second with k drafts, one-off costs (the draft's catch-up, on a GPU a new shape's dearer
-        first passes) spread over ``horizon`` passes; in parallel slots, of the whole batch: the others' rows
-        share the pass, and their tokens count."""
-        rows, tokens = self.others
-        return (expected_tokens(accept, k) + tokens) / (prices.drafts(k) + prices.verify(k + 1 + rows) + (
-            self._catch_up(k, prices) + self._switch(k, prices)) / horizon)
+        first passes) spread over ``horizon`` passes."""
+        return expected_tokens(accept, k) / (
+            prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices)) / horizon)
 
     def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
         return max(range(minimum, cap + 1), key=lambda k: self._rate(k, prices, accept, horizon))
@@ -286,7 +281,7 @@ class AdaptivePolicy(MeasuredPolicy):
 
     def drafting(self, cap: int) -> bool:
         """Whether drafting pays on the estimates (the draft is fed a prompt then, and caught up later otherwise)."""
-        prices = self.prices(cap + self.others.rows)
+        prices = self.prices(cap)
         if prices is None or cap <= 0:
             return cap > 0
         return self._best(cap, 0, prices, self.acceptance.means(cap), HORIZON) > 0
@@ -301,7 +296,7 @@ class FixedPolicy:
         self.k = k
         self.measured = measured if measured is not None else MeasuredPolicy()
 
-    def choose(self, cap: int, *, minimum: int = 0, others: Batchmates | None = None) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         return Plan(max(min(self.k, cap), 0))
 
     def drafting(self, cap: int) -> bool:

@@ -26,16 +26,6 @@ class Plan(NamedTuple):
     pad: int = 0
 
 
-class Batchmates(NamedTuple):
-    """In parallel slots, what the other running slots did in their latest
-    passes: the rows they put in the target's batch and the tokens they
-    emitted. A slot's k then adds its rows to theirs, and the batch's time is
-    shared by all their tokens."""
-
-    rows: int
-    tokens: int
-
-
 @dataclass(frozen=True)
 class PassRecord:
     """One pass as the engine timed it.
@@ -45,8 +35,7 @@ class PassRecord:
         draft_seconds: its draft steps (a catch-up after target-only passes excluded).
         first_step: of ``draft_seconds``, the first step's (None: not timed apart).
         verify_seconds: its target pass and the acceptance walk.
-        rows: the target pass's rows (n_drafted + 1; 1 + pad for a probe), in
-            parallel slots with the other sequences' tokens of the same batch.
+        rows: the target pass's rows (n_drafted + 1; 1 + pad for a probe).
         run: target passes of this shape in a row, itself included, where
             that changes the cost (a GPU's CUDA graphs); None elsewhere.
         probe_step: a probe's draft step, timed (None: none).
@@ -79,9 +68,8 @@ class WarmUp:
 class DraftPolicy(Protocol):
     """How many tokens to draft in each pass (see the module doc)."""
 
-    def choose(self, cap: int, *, minimum: int = 0, others: Batchmates | None = None) -> Plan:
-        """The next pass's plan, ``minimum`` <= k <= ``cap`` (a cap below the minimum wins); ``others``: the
-        batchmates' latest passes, in parallel slots."""
+    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+        """The next pass's plan, ``minimum`` <= k <= ``cap`` (a cap below the minimum wins)."""
 
     def observe(self, record: PassRecord) -> None:
         """Learn from one finished pass."""

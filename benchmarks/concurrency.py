@@ -1,0 +1,183 @@
+"""Many clients at once: `specllama serve -np 1` (one request at a time) against `-np 4` (parallel slots),
+with drafting and without (`"speculative": {"n_max": 0}` on the -np 4 server: target-only in slots).
+
+Both servers run the same pair, loaded side by side; never two rows at once: the rows interleave and their
+order rotates each repetition, so a change in the machine's load hits every configuration alike; the -np 1
+server is measured twice per repetition (an A/A control: the spread a ratio must beat). A slot drafts only
+while it runs alone (specllama/engine.py): with others running, its passes are target-only. Each row:
+`--requests` streamed chat requests of mixed lengths (32, 64 and 128 tokens, cycling) over C concurrent
+clients; aggregate tokens/s (completion tokens over the row's wall time), time to first token and request
+latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 target-only.
+
+    python benchmarks/concurrency.py                              # demo-chat pair, temperatures 0 and 0.8
+    python benchmarks/concurrency.py --pair demo-coder --clients 1,4 --requests 8 --repeat 2 --json
+
+llama-server is not in this table yet (building it from llama-cpp-python's llama.cpp, as
+native_compare.py builds its tools, is the next step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import httpx
+from bench_common import free_port, log  # noqa: E402
+from server_bench import percentile  # noqa: E402
+
+QUESTIONS = [
+    "Tell me a short story about a lighthouse keeper.",
+    "What are three rules of writing clean code?",
+    "Summarise the history of the printing press.",
+    "Explain what a hash table is to a new programmer.",
+    "Write a haiku about autumn rain.",
+    "Why is the sky blue?",
+]
+LENGTHS = (32, 64, 128)
+CTX = 8192  # shared by the slots
+SEED = 1
+OFF = {"speculative": {"n_max": 0}}
+
+
+def start(args: argparse.Namespace, port: int, n_parallel: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "specllama", "serve", "--port", str(port), "-c", str(CTX), "--max-queue", "64",
+           "-np", str(n_parallel), "--no-webui"]
+    cmd += ["-m", args.model, "-md", args.model_draft] if args.model else ["--pair", args.pair]
+    log(f"starting: {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"specllama serve exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("specllama serve did not start")
+
+
+def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float, extra: dict) -> dict:
+    body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
+            "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
+    start_t = time.perf_counter()
+    ttft, usage = None, {}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: "):])
+            if ttft is None and event.get("choices") and event["choices"][0]["delta"].get("content"):
+                ttft = time.perf_counter() - start_t
+            usage = event.get("usage") or usage
+    latency = time.perf_counter() - start_t
+    return {"latency": latency, "ttft": latency if ttft is None else ttft, "tokens": usage["completion_tokens"]}
+
+
+def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: dict) -> tuple[list[dict], float]:
+    jobs = [(QUESTIONS[i % len(QUESTIONS)], LENGTHS[i % len(LENGTHS)]) for i in range(n_requests)]
+    results: list[dict] = []
+    lock = threading.Lock()
+
+    def client_loop(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=900) as client:
+            for question, n in jobs[k::n_clients]:
+                r = chat(client, question, n, temperature, extra)
+                with lock:
+                    results.append(r)
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - t0
+
+
+def summary(results: list[dict], wall: float) -> dict:
+    return {"requests": len(results), "tokens": sum(r["tokens"] for r in results),
+            "tokens_per_second": sum(r["tokens"] for r in results) / wall,
+            "p50_ttft_s": percentile([r["ttft"] for r in results], 0.5),
+            "p95_ttft_s": percentile([r["ttft"] for r in results], 0.95),
+            "p50_latency_s": percentile([r["latency"] for r in results], 0.5),
+            "p95_latency_s": percentile([r["latency"] for r in results], 0.95)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="demo-chat", help="a built-in or curated pair (default demo-chat)")
+    p.add_argument("-m", "--model", default=None, help="target GGUF (with -md; instead of --pair)")
+    p.add_argument("-md", "--model-draft", default=None, help="draft GGUF")
+    p.add_argument("--clients", default="1,2,4,8", help="concurrent clients, comma-separated")
+    p.add_argument("--temperatures", default="0,0.8", help="comma-separated")
+    p.add_argument("--requests", type=int, default=8, help="requests per row and repetition")
+    p.add_argument("--repeat", type=int, default=2, help="repetitions (the row order rotates)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args()
+    clients = [int(c) for c in args.clients.split(",")]
+    temps = [float(t) for t in args.temperatures.split(",")]
+    load_before = os.getloadavg()[0]
+    ports = {1: free_port(), 4: free_port()}
+    procs = {n: start(args, port, n) for n, port in ports.items()}
+    # "-np 1 (A/A)": the same server again, at another place in the order: the spread a ratio must beat
+    configs = {"-np 1": (1, {}), "-np 4 target-only": (4, OFF), "-np 1 (A/A)": (1, {}), "-np 4": (4, {})}
+    plan = [(name, c, t) for t in temps for c in clients for name in configs]
+    measured: dict[tuple, tuple[list, float]] = {}
+    try:
+        for n, port in ports.items():  # warm-ups
+            batch(f"http://127.0.0.1:{port}", 1, 1, 0.0, {})
+        for rep in range(args.repeat):
+            for name, c, t in plan[rep % len(plan):] + plan[:rep % len(plan)]:
+                n, extra = configs[name]
+                results, wall = batch(f"http://127.0.0.1:{ports[n]}", c, args.requests, t, extra)
+                old, old_wall = measured.get((name, c, t), ([], 0.0))
+                measured[(name, c, t)] = (old + results, old_wall + wall)
+                log(f"[{rep + 1}/{args.repeat}] {name}, {c} client(s), T={t}: "
+                    f"{sum(r['tokens'] for r in results) / wall:.1f} tok/s")
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    rows = [{"config": name, "clients": c, "temperature": t, **summary(*measured[(name, c, t)])}
+            for name, c, t in plan]
+    by = {(r["config"], r["clients"], r["temperature"]): r["tokens_per_second"] for r in rows}
+    ratios = {}
+    for t in temps:
+        for c in clients:
+            ratios[f"T={t} {c} client(s): -np 4 / -np 1"] = by[("-np 4", c, t)] / by[("-np 1", c, t)]
+            ratios[f"T={t} {c} client(s): A/A, -np 1 (A/A) / -np 1"] = by[("-np 1 (A/A)", c, t)] / by[("-np 1", c, t)]
+            ratios[f"T={t} {c} client(s): -np 4 / -np 4 target-only"] = (
+                by[("-np 4", c, t)] / by[("-np 4 target-only", c, t)])
+    result = {"rows": rows, "ratios": ratios, "setup": {
+        "pair": args.model and f"{args.model} + {args.model_draft}" or args.pair, "ctx": CTX,
+        "requests_per_row": args.requests * args.repeat, "lengths": LENGTHS, "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python", *sys.argv]), "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0]}}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    head = f"{'config':<20}{'clients':>8}{'T':>5}{'tok/s':>8}{'TTFT p50':>10}{'p95':>7}{'latency p50':>13}{'p95':>7}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['config']:<20}{r['clients']:>8}{r['temperature']:>5}{r['tokens_per_second']:>8.1f}"
+              f"{r['p50_ttft_s']:>9.2f}s{r['p95_ttft_s']:>6.2f}s{r['p50_latency_s']:>12.2f}s{r['p95_latency_s']:>6.2f}s")
+    for name, value in ratios.items():
+        print(f"{name}: {value:.3f}")
+
+
+if __name__ == "__main__":
+    main()
