@@ -27,9 +27,11 @@ from .policy import (
     DEFAULT_DRAFT_MAX,
     WARM_UP_TIMINGS,
     AdaptivePolicy,
+    Batch,
     DraftPolicy,
     FixedPolicy,
     PassRecord,
+    Plan,
     WarmUp,
     warm_up_rows,
 )
@@ -159,15 +161,15 @@ class SpeculativeEngine:
         #: with a draft model: prompt-lookup drafts taken instead of its drafts in the passes where
         #: they promise more (:class:`~specllama.lookup_mix.LookupMix`; None: the draft model's only)
         self.lookup_mix: LookupMix | None = None
-        #: in a parallel slot (:meth:`for_sequence`): the sequences of the slots running now
-        self.batchmates: set[int] | None = None
+        #: in a parallel slot (:meth:`for_sequence`): what the slots share (the sequences running now, their policy)
+        self.batch: Batch | None = None
         self.seq_id = 0
 
-    def for_sequence(self, seq_id: int, batchmates: set[int]) -> "SpeculativeEngine":
+    def for_sequence(self, seq_id: int, batch: Batch) -> "SpeculativeEngine":
         """An engine for parallel slot ``seq_id``: both models' views of that
         sequence, a drafter of its own, and a policy that shares this one's
-        costs and acceptance but chooses for its own sequence. ``batchmates``:
-        the sequences of the running slots, a set the slots' engines share."""
+        costs and acceptance but chooses for its own sequence while it runs
+        alone; with others running, ``batch``'s policy chooses for them all."""
         if self.drafter is not None and not isinstance(self.drafter, (ModelDrafter, PromptLookupDrafter)):
             raise SpecLlamaError("parallel slots draft with a draft model or prompt lookup, not a custom drafter")
         engine = SpeculativeEngine(self.target.sequence(seq_id), None, check=False, clock=self.clock)
@@ -179,12 +181,12 @@ class SpeculativeEngine:
         engine.policy = self.policy.fork(seq_id) if isinstance(self.policy, AdaptivePolicy) else self.policy
         engine.cache_reuse, engine._noticed = self.cache_reuse, True
         engine.lookup_mix = LookupMix() if self.lookup_mix is not None else None
-        engine.batchmates, engine.seq_id = batchmates, seq_id
+        engine.batch, engine.seq_id = batch, seq_id
         return engine
 
     def alone(self) -> bool:
         """Whether no other parallel slot is running (always, outside slots)."""
-        return self.batchmates is None or not self.batchmates - {self.seq_id}
+        return self.batch is None or not self.batch.running - {self.seq_id}
 
     def warm_up(self, cap: int = DEFAULT_DRAFT_MAX) -> None:
         """Run both models' first, slow passes now, not in the user's first
@@ -275,10 +277,11 @@ class SpeculativeEngine:
 
     def feeds_draft(self, draft_max: int, adaptive: bool) -> bool:
         """Whether a generation feeds the draft model its prompt: it drafts,
-        and (adaptive) the policy is drafting. While the policy decodes
-        target-only the draft is not fed: it catches up, lazily and timed,
-        when drafting resumes."""
-        return self.drafter is not None and draft_max > 0 and (not adaptive or self.policy.drafting(draft_max))
+        (adaptive) the policy is drafting, and no other parallel slot runs.
+        Otherwise the draft is not fed: it catches up, lazily and timed, when
+        drafting resumes."""
+        return self.drafter is not None and draft_max > 0 and self.alone() and (
+            not adaptive or self.policy.drafting(draft_max))
 
     def steps(
         self,
@@ -339,8 +342,8 @@ class SpeculativeEngine:
         policy.new_sequence(len(seq) - 1, draft_fed=feed)
         if adaptive and draft_max > 0:
             self._notice(draft_max)
-        if self.batchmates is not None:
-            self.batchmates.add(self.seq_id)
+        if self.batch is not None:
+            self.batch.running.add(self.seq_id)
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
                           max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,
                           forced_drafts=forced_drafts, lookup_mix=self.lookup_mix)
@@ -351,8 +354,8 @@ class SpeculativeEngine:
                 if step.finish_reason is not None:
                     return
         finally:
-            if self.batchmates is not None:
-                self.batchmates.discard(self.seq_id)
+            if self.batch is not None:
+                self.batch.running.discard(self.seq_id)
 
 
 @dataclass
@@ -384,6 +387,7 @@ class _Generation:
         # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
         self.one_hot_drafts = params.greedy or isinstance(engine.drafter, PromptLookupDrafter)
         self.n_emitted = 0
+        self.shared = False  # the last pass was planned with other parallel slots running
 
     def step(self) -> Step:
         plan = self._plan()
@@ -421,10 +425,19 @@ class _Generation:
         pad: list[int] = []
         looked_up: list[int] = []
         if not forced:
-            # In parallel slots a pass drafts only while its slot runs alone: the others' rows share the target's
-            # pass, and no model of such shared passes yet chose draft lengths that beat none there (issue 48 in
-            # benchmarks/RESULTS.md#many-requests-at-once). Like k, a function of past passes only.
-            plan = self.policy.choose(k if engine.alone() else 0, minimum=self.draft_min if engine.alone() else 0)
+            # fixed before this pass draws: past passes only. With other parallel slots running, the draft length
+            # of every slot of this step is the batch's (:mod:`specllama.policy.batch`)
+            alone = engine.alone()
+            if alone and self.shared and engine.draft is not None:
+                # alone again: what the draft model lacks is what its catch-up would cost (the shared passes
+                # told the lone policy nothing)
+                self.policy.new_sequence(max(len(seq) - 1 - len(engine.draft.tokens), 0), draft_fed=False)
+            self.shared = not alone
+            if alone or not isinstance(self.policy, AdaptivePolicy):
+                plan = self.policy.choose(k, minimum=self.draft_min)
+            else:
+                batch = engine.batch
+                plan = Plan(max(batch.policy.choose(k, len(batch.running), batch.step), min(self.draft_min, k)))
             k = plan.k
             if self.lookup_mix is not None and engine.drafter is not None:
                 # from the committed sequence and past passes only, like k
@@ -452,7 +465,8 @@ class _Generation:
                 drafter.prefill(seq[:-1], engine.cache_reuse)
                 catch_up = clock() - t0
                 engine._draft_synced = True
-                self.policy.observe_catch_up(catch_up, max(n_behind, 0))
+                if engine.alone():  # in a pass shared with other slots, its time is theirs too
+                    self.policy.observe_catch_up(catch_up, max(n_behind, 0))
             drafts, q = drafter.propose(seq, plan.k, self.params, self.rng, plan.row_fn, engine.target.n_vocab)
             first = drafter.first_step_seconds if isinstance(drafter, ModelDrafter) else None
             return drafts, q, catch_up, 0.0, first or 0.0
@@ -501,8 +515,10 @@ class _Generation:
             engine.drafter.keep(len(seq) + n_accepted)
         t2 = clock()
         # forced drafts say nothing about the draft model, nor its costs; a pass shared with other parallel slots'
-        # sequences is not this machine's cost of its rows alone
-        if not plan.forced and not getattr(target, "others_in_batch", 0):
+        # sequences is not this machine's cost of its rows alone: the scheduler times those steps
+        if not plan.forced and getattr(target, "others_in_batch", 0) and drafts and not plan.looked_up:
+            engine.batch.policy.observe_acceptance(len(drafts), n_accepted)
+        elif not plan.forced and not getattr(target, "others_in_batch", 0):
             self.policy.observe(PassRecord(
                 n_drafted=len(drafts), n_accepted=n_accepted, draft_seconds=t1 - t0 - catch_up - probe_step,
                 verify_seconds=t2 - t1, rows=n_rows + len(plan.pad), first_step=first or None,

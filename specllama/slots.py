@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import greenlet
 import numpy as np
 
+from .policy import Batch, BatchPolicy
 from .prefix import common_prefix_len
 
 log = logging.getLogger("specllama")
@@ -125,8 +126,10 @@ class Slots:
         self._open_error: BaseException | None = None
         self._main: greenlet.greenlet | None = None
         self._by_greenlet: dict[greenlet.greenlet, _Slot] = {}
-        #: the sequences whose generations are running (a pass drafts only while its slot runs alone)
-        self.batchmates: set[int] = set()
+        #: what the slots' engines share: the running sequences, the batch's draft-length policy, the step
+        self.batch: Batch | None = None
+        self._step_end: float | None = None  # the latest target pass's end, while slots run
+        self._draft_decodes = 0  # draft decodes since
         #: llama_decode calls of the target, and their logits rows, so far
         self.n_target_passes = 0
         self.n_target_rows = 0
@@ -205,7 +208,8 @@ class Slots:
         self._main = greenlet.getcurrent()
         try:
             self.engine = open_engine()
-            self._slots = [_Slot(i, self.engine.for_sequence(i, self.batchmates)) for i in range(self.n)]
+            self.batch = Batch(BatchPolicy(self.engine.policy))
+            self._slots = [_Slot(i, self.engine.for_sequence(i, self.batch)) for i in range(self.n)]
             for s in self._slots:
                 for model in (s.engine.target, s.engine.draft):
                     if model is not None:
@@ -237,6 +241,7 @@ class Slots:
             while not any(s.job is not None for s in self._slots):
                 if self._stopping:
                     return False
+                self._step_end = None  # idle: the next step's time is not a step's
                 self._cond.wait()
                 self._admit()
         for s in self._slots:
@@ -302,7 +307,7 @@ class Slots:
             return
         # the generation ended
         del self._by_greenlet[g]
-        self.batchmates.discard(slot.index)
+        self.batch.running.discard(slot.index)
         slot.job = slot.greenlet = slot.request = None
         slot.last_used = time.perf_counter()
 
@@ -340,6 +345,9 @@ class Slots:
         if base is target_base:
             self.n_target_passes += 1
             self.n_target_rows += sum(p[2] for p in pieces)
+            self._time_step(pieces)
+        else:
+            self._draft_decodes += 1
         for (s, take), rows in zip(chosen, results):
             r = s.request
             if isinstance(rows, BaseException):
@@ -351,6 +359,17 @@ class Slots:
                 s.value = rows.copy() if r.copy else rows
                 if s.value is None:  # never None: an empty result is an empty array
                     s.value = np.empty((0, base.n_vocab), dtype=np.float32)
+
+    def _time_step(self, pieces) -> None:
+        """A step of several slots, from the previous target pass's end to this one's, for the batch policy:
+        only where every piece is a slot's pass (no prompt in pieces) and more than one slot ran."""
+        now = time.perf_counter()
+        passes = all(n_logits == len(tokens) for _, tokens, n_logits in pieces)
+        if self._step_end is not None and passes and len(pieces) > 1:
+            self.batch.policy.observe_step(now - self._step_end, sum(len(t) for _, t, _ in pieces),
+                                           self._draft_decodes)
+        self._step_end, self._draft_decodes = now, 0
+        self.batch.step = self.n_target_passes
 
     def _make_room(self, base, n_tokens: int) -> None:
         """Where the shared cache lacks cells for a batch, idle slots' caches go first (least recently used)."""

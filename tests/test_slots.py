@@ -15,7 +15,7 @@ from specllama.slots import PIECE, Slots
 
 from .conftest import open_tiny_engine
 from .stats_helpers import assert_distributed_as
-from .two_token_law import N_RUNS, PLAIN, PROMPT, detectable, first_two_tokens, two_token_law
+from .two_token_law import EOS, N_RUNS, PLAIN, PROMPT, detectable, first_two_tokens, two_token_law
 
 PROMPTS = ["once upon a time", "the king said", "a b c d e", "there lived a"]
 
@@ -141,11 +141,17 @@ def test_a_long_prompt_joins_in_pieces_while_a_stream_keeps_flowing(tiny_pair, m
         long_prompt = slots.engine.target.tokenize(" ".join(["the king said a b c d e"] * 90))[:3 * PIECE + 10]
         params = PLAIN
 
+        def no_eos(ids, scores):  # a pure processor: every stream runs to its max_tokens
+            scores = scores.copy()
+            scores[EOS] = -np.inf
+            return scores
+
         def steps(tokens, seed, n):
             def make():
                 engine = slots.engine_here()
                 rng = np.random.default_rng(seed)
-                return (s.tokens for s in engine.steps(tokens, params=params, draft_max=3, max_tokens=n, rng=rng))
+                return (s.tokens for s in engine.steps(tokens, params=params, draft_max=3, max_tokens=n, rng=rng,
+                                                       processor=no_eos))
             return make
 
         running = slots.run(steps(prompt, 1, 400), prompt)
@@ -205,7 +211,7 @@ def test_the_joint_law_of_each_slots_first_two_tokens_is_the_targets(tiny_pair, 
 
 
 def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
-    """A planted bug: in each batch of several sequences, the first and the last sequence's last logits rows
+    """A planted bug: in each batch of several sequences, the first and the last sequence's first logits rows
     swapped. The same check fails."""
     solo = open_tiny_engine(tiny_pair)
     try:
@@ -217,9 +223,9 @@ def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
     def swapped(self, pieces):
         out = decode(self, pieces)
         if len(out) > 1 and all(isinstance(o, np.ndarray) and len(o) for o in (out[0], out[-1])):
-            first, last = out[0][-1].copy(), out[-1][-1].copy()
+            first, last = out[0][0].copy(), out[-1][0].copy()
             out[0], out[-1] = out[0].copy(), out[-1].copy()
-            out[0][-1], out[-1][-1] = last, first
+            out[0][0], out[-1][0] = last, first
         return out
 
     monkeypatch.setattr(LlamaModel, "decode_batch", swapped)

@@ -15,9 +15,7 @@ from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAUL
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless --host says otherwise
 DEFAULT_PORT = 8080  # llama-server's
 DEFAULT_MAX_QUEUE = 16  # requests waiting behind the running ones
-# requests running at once. llama-server's default is 4; ours stays 1 until one client on a 4-slot server is
-# shown within 3% of one slot (benchmarks/RESULTS.md#many-requests-at-once)
-DEFAULT_PARALLEL = 1
+DEFAULT_PARALLEL = 4  # requests running at once (llama-server's default slots)
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a larger request body gets 413
 RETRY_AFTER_SECONDS = 5  # the Retry-After of a 503 when the queue is full
 SHUTDOWN_GRACE_SECONDS = 5.0  # how long a stream may take to say goodbye on SIGINT/SIGTERM

@@ -1,0 +1,65 @@
+"""The draft length of parallel slots running together (specllama/policy/batch.py): on a simulated machine whose
+step costs are linear in rows and draft decodes, the batch's choice settles on the draft length that gives the
+batch the most tokens per second, where rows are dear (a CPU) and where they are nearly free (a GPU)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specllama.policy import AdaptivePolicy, BatchPolicy, WarmUp
+from specllama.policy.acceptance import expected_tokens
+
+SLOTS, CAP = 4, 8
+
+
+def machine(base: float, row: float, draft: float):
+    return lambda rows, decodes: base + row * rows + draft * decodes
+
+
+def lone_policy(cost, agreement: tuple[int, int]) -> AdaptivePolicy:
+    """A lone policy whose warm-up timed this machine's one-sequence passes."""
+    p = AdaptivePolicy()
+    p.observe_warm_up(WarmUp([cost(0, 1) - cost(0, 0)] * 5, {r: [cost(r, 0)] * 5 for r in (1, 2, CAP + 1)}))
+    p.observe_agreement(*agreement)
+    return p
+
+
+def best_k(cost, rate: float) -> int:
+    return max(range(CAP + 1), key=lambda k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k))
+
+
+@pytest.mark.parametrize("name,cost,rate,agreement", [
+    ("rows dear (a CPU)", machine(0.010, 0.010, 0.004), 0.7, (11, 16)),
+    ("rows nearly free (a GPU)", machine(0.010, 0.0002, 0.002), 0.9, (14, 16)),
+])
+def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, agreement):
+    rng = np.random.default_rng(5)
+    policy = BatchPolicy(lone_policy(cost, agreement))
+    truth = best_k(cost, rate)
+    ks = []
+    for step in range(400):
+        k = policy.choose(CAP, SLOTS, step)
+        assert policy.choose(CAP, SLOTS, step) == k  # one choice per step, for every slot
+        for _ in range(SLOTS):
+            if k:
+                kept = next((i for i in range(k) if rng.random() >= rate), k)
+                policy.observe_acceptance(k, kept)
+        policy.observe_step(cost(SLOTS * (k + 1), k) * rng.lognormal(0, 0.05), SLOTS * (k + 1), k)
+        ks.append(k)
+    late = Counter(ks[-100:])
+    tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k) for k in late}
+    achieved = sum(n * tokens_per_second[k] for k, n in late.items()) / 100
+    best = SLOTS * expected_tokens([rate] * truth, truth) / cost(SLOTS * (truth + 1), truth)
+    assert (truth == 0) == (name == "rows dear (a CPU)")
+    assert achieved >= 0.95 * best, (late, truth)  # the late steps get at least 0.95 of the best draft length
+    assert late.most_common(1)[0][0] == truth or achieved >= 0.98 * best
+
+
+def test_no_choice_before_the_lone_policy_has_costs():
+    policy = BatchPolicy(AdaptivePolicy())
+    assert policy.choose(CAP, SLOTS, 0) == 0
+    policy.observe_step(0.05, 8, 1)  # nothing to start from yet: ignored
+    assert policy.steps == 0
