@@ -12,8 +12,9 @@ latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 
     python benchmarks/concurrency.py                              # demo-chat pair, temperatures 0 and 0.8
     python benchmarks/concurrency.py --pair demo-coder --clients 1,4 --requests 8 --repeat 2 --json
 
-llama-server is not in this table yet (building it from llama-cpp-python's llama.cpp, as
-native_compare.py builds its tools, is the next step).
+With --llama-server, llama.cpp's own server joins the table, built from the installed llama-cpp-python's
+llama.cpp as native_compare.py builds its tools (minutes, once): `-np 4` without a draft and with the same
+draft (its defaults otherwise: --draft-max 16, its match rule).
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def start(args: argparse.Namespace, port: int, n_parallel: int) -> subprocess.Po
     cmd = [sys.executable, "-m", "specllama", "serve", "--port", str(port), "-c", str(CTX), "--max-queue", "64",
            "-np", str(n_parallel), "--no-webui"]
     cmd += ["-m", args.model, "-md", args.model_draft] if args.model else ["--pair", args.pair]
+    return wait_up(cmd, port)
+
+
+def start_llama_server(binary: str, target: str, draft: str | None, port: int) -> subprocess.Popen:
+    cmd = [binary, "-m", target, "--port", str(port), "-c", str(CTX), "-np", "4", "-t", str(os.cpu_count() or 1),
+           "--no-webui"] + (["-md", draft] if draft else [])
+    return wait_up(cmd, port)
+
+
+def wait_up(cmd: list[str], port: int) -> subprocess.Popen:
     log(f"starting: {' '.join(cmd)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
@@ -71,18 +82,22 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
             "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
     start_t = time.perf_counter()
-    ttft, usage = None, {}
+    ttft, usage, pieces = None, {}, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             event = json.loads(line[len("data: "):])
-            if ttft is None and event.get("choices") and event["choices"][0]["delta"].get("content"):
-                ttft = time.perf_counter() - start_t
+            if event.get("choices") and event["choices"][0]["delta"].get("content"):
+                pieces += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - start_t
             usage = event.get("usage") or usage
     latency = time.perf_counter() - start_t
-    return {"latency": latency, "ttft": latency if ttft is None else ttft, "tokens": usage["completion_tokens"]}
+    # a server that sends no usage: its content chunks (one token each, as llama-server streams)
+    return {"latency": latency, "ttft": latency if ttft is None else ttft,
+            "tokens": usage.get("completion_tokens", pieces)}
 
 
 def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: dict) -> tuple[list[dict], float]:
@@ -124,6 +139,7 @@ def main() -> None:
     p.add_argument("--temperatures", default="0,0.8", help="comma-separated")
     p.add_argument("--requests", type=int, default=8, help="requests per row and repetition")
     p.add_argument("--repeat", type=int, default=2, help="repetitions (the row order rotates)")
+    p.add_argument("--llama-server", action="store_true", help="also llama.cpp's llama-server (-np 4), built once")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
@@ -133,6 +149,17 @@ def main() -> None:
     procs = {n: start(args, port, n) for n, port in ports.items()}
     # "-np 1 (A/A)": the same server again, at another place in the order: the spread a ratio must beat
     configs = {"-np 1": (1, {}), "-np 4 target-only": (4, OFF), "-np 1 (A/A)": (1, {}), "-np 4": (4, {})}
+    if args.llama_server:
+        from native_compare import build, llama_cpp_version
+
+        from specllama.opener import resolve_paths
+
+        binary = str(build(llama_cpp_version(), os.cpu_count() or 1, ("llama-server",))["llama-server"])
+        target, draft = resolve_paths(args.model, args.model_draft, None if args.model else args.pair)
+        for name, with_draft in (("llama-server -np 4 target-only", False), ("llama-server -np 4 + draft", True)):
+            ports[name] = free_port()
+            procs[name] = start_llama_server(binary, target, draft if with_draft else None, ports[name])
+            configs[name] = (name, {})
     plan = [(name, c, t) for t in temps for c in clients for name in configs]
     measured: dict[tuple, tuple[list, float]] = {}
     try:
@@ -160,6 +187,11 @@ def main() -> None:
             ratios[f"T={t} {c} client(s): A/A, -np 1 (A/A) / -np 1"] = by[("-np 1 (A/A)", c, t)] / by[("-np 1", c, t)]
             ratios[f"T={t} {c} client(s): -np 4 / -np 4 target-only"] = (
                 by[("-np 4", c, t)] / by[("-np 4 target-only", c, t)])
+            if args.llama_server:
+                ratios[f"T={t} {c} client(s): -np 4 / llama-server -np 4 + draft"] = (
+                    by[("-np 4", c, t)] / by[("llama-server -np 4 + draft", c, t)])
+                ratios[f"T={t} {c} client(s): -np 4 / llama-server -np 4 target-only"] = (
+                    by[("-np 4", c, t)] / by[("llama-server -np 4 target-only", c, t)])
     result = {"rows": rows, "ratios": ratios, "setup": {
         "pair": args.model and f"{args.model} + {args.model_draft}" or args.pair, "ctx": CTX,
         "requests_per_row": args.requests * args.repeat, "lengths": LENGTHS, "cpus": os.cpu_count(),

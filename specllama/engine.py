@@ -332,6 +332,8 @@ class SpeculativeEngine:
             draft_max = 0
         policy = self.policy if adaptive else FixedPolicy(draft_max, self.policy)
         seq = list(prompt_tokens)
+        if self.batch is not None:
+            self.batch.running.add(self.seq_id)
         feed = self.feeds_draft(draft_max, adaptive)
         try:
             self.prefill(seq, draft=feed)
@@ -342,8 +344,6 @@ class SpeculativeEngine:
         policy.new_sequence(len(seq) - 1, draft_fed=feed)
         if adaptive and draft_max > 0:
             self._notice(draft_max)
-        if self.batch is not None:
-            self.batch.running.add(self.seq_id)
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
                           max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,
                           forced_drafts=forced_drafts, lookup_mix=self.lookup_mix)

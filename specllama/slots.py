@@ -129,7 +129,7 @@ class Slots:
         #: what the slots' engines share: the running sequences, the batch's draft-length policy, the step
         self.batch: Batch | None = None
         self._step_end: float | None = None  # the latest target pass's end, while slots run
-        self._draft_decodes = 0  # draft decodes since
+        self._draft_decodes = self._draft_tokens = 0  # draft decodes since, and their tokens
         #: llama_decode calls of the target, and their logits rows, so far
         self.n_target_passes = 0
         self.n_target_rows = 0
@@ -261,6 +261,7 @@ class Slots:
                 if other is not slot:
                     self._drop_cache(other)
             slot.job, job.slot = job, slot.index
+            self.batch.running.add(slot.index)  # from now on the others do not run alone
             slot.greenlet = greenlet.greenlet(lambda slot=slot, job=job: self._body(slot, job), parent=self._main)
             self._by_greenlet[slot.greenlet] = slot
             slot.ready, slot.value, slot.request = True, None, None
@@ -348,6 +349,7 @@ class Slots:
             self._time_step(pieces)
         else:
             self._draft_decodes += 1
+            self._draft_tokens += sum(len(tokens) for _, tokens, _ in pieces)
         for (s, take), rows in zip(chosen, results):
             r = s.request
             if isinstance(rows, BaseException):
@@ -367,8 +369,8 @@ class Slots:
         passes = all(n_logits == len(tokens) for _, tokens, n_logits in pieces)
         if self._step_end is not None and passes and len(pieces) > 1:
             self.batch.policy.observe_step(now - self._step_end, sum(len(t) for _, t, _ in pieces),
-                                           self._draft_decodes)
-        self._step_end, self._draft_decodes = now, 0
+                                           self._draft_decodes, self._draft_tokens)
+        self._step_end, self._draft_decodes, self._draft_tokens = now, 0, 0
         self.batch.step = self.n_target_passes
 
     def _make_room(self, base, n_tokens: int) -> None:

@@ -15,25 +15,27 @@ from specllama.policy.acceptance import expected_tokens
 SLOTS, CAP = 4, 8
 
 
-def machine(base: float, row: float, draft: float):
-    return lambda rows, decodes: base + row * rows + draft * decodes
+def machine(base: float, row: float, decode: float, draft: float):
+    """Seconds of a step: its target pass's rows, its draft decodes and their tokens."""
+    return lambda rows, decodes, tokens: base + row * rows + decode * decodes + draft * tokens
 
 
 def lone_policy(cost, agreement: tuple[int, int]) -> AdaptivePolicy:
     """A lone policy whose warm-up timed this machine's one-sequence passes."""
     p = AdaptivePolicy()
-    p.observe_warm_up(WarmUp([cost(0, 1) - cost(0, 0)] * 5, {r: [cost(r, 0)] * 5 for r in (1, 2, CAP + 1)}))
+    p.observe_warm_up(WarmUp([cost(0, 1, 1) - cost(0, 0, 0)] * 5, {r: [cost(r, 0, 0)] * 5 for r in (1, 2, CAP + 1)}))
     p.observe_agreement(*agreement)
     return p
 
 
 def best_k(cost, rate: float) -> int:
-    return max(range(CAP + 1), key=lambda k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k))
+    return max(range(CAP + 1),
+               key=lambda k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k))
 
 
 @pytest.mark.parametrize("name,cost,rate,agreement", [
-    ("rows dear (a CPU)", machine(0.010, 0.010, 0.004), 0.7, (11, 16)),
-    ("rows nearly free (a GPU)", machine(0.010, 0.0002, 0.002), 0.9, (14, 16)),
+    ("rows dear (a CPU)", machine(0.010, 0.004, 0.008, 0.001), 0.9, (14, 16)),
+    ("rows nearly free (a GPU)", machine(0.010, 0.0002, 0.002, 0.0002), 0.9, (14, 16)),
 ])
 def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, agreement):
     rng = np.random.default_rng(5)
@@ -47,12 +49,12 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
             if k:
                 kept = next((i for i in range(k) if rng.random() >= rate), k)
                 policy.observe_acceptance(k, kept)
-        policy.observe_step(cost(SLOTS * (k + 1), k) * rng.lognormal(0, 0.05), SLOTS * (k + 1), k)
+        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05), SLOTS * (k + 1), k, SLOTS * k)
         ks.append(k)
     late = Counter(ks[-100:])
-    tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k) for k in late}
+    tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k) for k in late}
     achieved = sum(n * tokens_per_second[k] for k, n in late.items()) / 100
-    best = SLOTS * expected_tokens([rate] * truth, truth) / cost(SLOTS * (truth + 1), truth)
+    best = SLOTS * expected_tokens([rate] * truth, truth) / cost(SLOTS * (truth + 1), truth, SLOTS * truth)
     assert (truth == 0) == (name == "rows dear (a CPU)")
     assert achieved >= 0.95 * best, (late, truth)  # the late steps get at least 0.95 of the best draft length
     assert late.most_common(1)[0][0] == truth or achieved >= 0.98 * best
@@ -61,5 +63,5 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
 def test_no_choice_before_the_lone_policy_has_costs():
     policy = BatchPolicy(AdaptivePolicy())
     assert policy.choose(CAP, SLOTS, 0) == 0
-    policy.observe_step(0.05, 8, 1)  # nothing to start from yet: ignored
+    policy.observe_step(0.05, 8, 1, 4)  # nothing to start from yet: ignored
     assert policy.steps == 0
