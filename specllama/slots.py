@@ -368,7 +368,7 @@ class Slots:
         now = time.perf_counter()
         passes = all(n_logits == len(tokens) for _, tokens, n_logits in pieces)
         if self._step_end is not None and passes and len(pieces) > 1:
-            self.batch.policy.observe_step(now - self._step_end, sum(len(t) for _, t, _ in pieces),
+            self.batch.policy.observe_step(now - self._step_end, len(pieces), sum(len(t) for _, t, _ in pieces),
                                            self._draft_decodes, self._draft_tokens)
         self._step_end, self._draft_decodes, self._draft_tokens = now, 0, 0
         self.batch.step = self.n_target_passes

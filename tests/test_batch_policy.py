@@ -49,7 +49,8 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
             if k:
                 kept = next((i for i in range(k) if rng.random() >= rate), k)
                 policy.observe_acceptance(k, kept)
-        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05), SLOTS * (k + 1), k, SLOTS * k)
+        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05), SLOTS, SLOTS * (k + 1), k,
+                            SLOTS * k)
         ks.append(k)
     late = Counter(ks[-100:])
     tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k) for k in late}
@@ -63,5 +64,5 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
 def test_no_choice_before_the_lone_policy_has_costs():
     policy = BatchPolicy(AdaptivePolicy())
     assert policy.choose(CAP, SLOTS, 0) == 0
-    policy.observe_step(0.05, 8, 1, 4)  # nothing to start from yet: ignored
+    policy.observe_step(0.05, 4, 8, 1, 4)  # nothing to start from yet: ignored
     assert policy.steps == 0

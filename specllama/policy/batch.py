@@ -3,15 +3,16 @@
 A step of S running slots is a few draft steps (each one batched draft decode for
 every drafting slot), then one target pass of R rows (k + 1 per slot), then every
 slot's own work: sampling, acceptance, text. The scheduler times each step, from one
-target pass's end to the next's, and counts its rows R, its draft decodes K and the
-draft tokens D they held. Its cost is modelled as linear in them, T = c_0 + c_rows R
-+ c_decode K + c_draft D (a draft decode costs much whatever it holds, on a CPU a
-quantized draft's nearly a target pass; a draft token adds its slot's sampling),
+target pass's end to the next's, and counts its slots S, rows R, draft decodes K
+and the draft tokens D they held. Its cost is modelled as linear in them, T = c_0 +
+c_slot S + c_rows R + c_decode K + c_draft D (each slot's own work in a step; a draft
+decode costs much whatever it holds, on a CPU a quantized draft's nearly a target
+pass; a draft token adds its slot's sampling),
 fitted by discounted least squares with its uncertainty (Bayesian linear regression,
 the prior taken from the lone policy's costs, which its warm-up measured).
 
 Every running slot drafts the same k: the one with the most tokens per second for
-the batch, S E(k) / T(S (k + 1), k, S k), under one draw from the posterior of the costs
+the batch, S E(k) / T(S, S (k + 1), k, S k), under one draw from the posterior of the costs
 and of the acceptance (Thompson sampling, as the lone policy): a k whose value is
 uncertain is tried in proportion to the chance that it is the best. Each slot's best
 answer to the others' k alone would have them all draft where none drafting is
@@ -30,6 +31,7 @@ from .adaptive import EXPLORE, SEED, MeasuredPolicy
 MEMORY = 64  # steps a timing is remembered for (discount 1 - 1/MEMORY): longer fits finer, follows load slower
 PRIOR_DOUBT = 0.5  # the prior's sd, as a share of each coefficient: more lets the steps overrule the warm-up sooner
 DRAFT_TOKEN = 0.25  # the prior of a draft token's cost beyond its decode's, as a share of a lone draft step
+SLOT = 0.1  # the prior of a slot's own work in a step, as a share of a lone 1-row pass
 
 
 class BatchPolicy:
@@ -38,7 +40,7 @@ class BatchPolicy:
     def __init__(self, lone: MeasuredPolicy) -> None:
         self.lone = lone
         self.rng = np.random.default_rng([SEED, 1 << 20])
-        self._precision: np.ndarray | None = None  # of the coefficients (c_0, c_rows, c_decode, c_draft), in 1/s^2
+        self._precision: np.ndarray | None = None  # of (c_0, c_slot, c_rows, c_decode, c_draft), in 1/s^2
         self._weighted: np.ndarray | None = None  # precision @ mean
         self.noise = 0.0  # a step's residual variance (s^2)
         self.steps = 0
@@ -47,12 +49,12 @@ class BatchPolicy:
 
     # -- the scheduler tells -----------------------------------------------------------
 
-    def observe_step(self, seconds: float, rows: int, draft_decodes: int, draft_tokens: int) -> None:
-        """One step: ``seconds`` from the last target pass's end to this one's, ``rows`` in this target pass,
-        ``draft_decodes`` between them, holding ``draft_tokens``."""
+    def observe_step(self, seconds: float, slots: int, rows: int, draft_decodes: int, draft_tokens: int) -> None:
+        """One step: ``seconds`` from the last target pass's end to this one's, ``slots`` in this target pass
+        and its ``rows``, ``draft_decodes`` between them, holding ``draft_tokens``."""
         if not self._start():
             return
-        x = np.array([1.0, rows, draft_decodes, draft_tokens])
+        x = np.array([1.0, slots, rows, draft_decodes, draft_tokens])
         keep = 1 - 1 / MEMORY
         prior_p, prior_w = self._prior()
         # discount toward the prior, then add the step
@@ -90,25 +92,25 @@ class BatchPolicy:
             return {}
         c = self.mean()
         return {"steps": self.steps,
-                "step_ms": {"base": 1000 * c[0], "per_row": 1000 * c[1], "per_draft_decode": 1000 * c[2],
-                            "per_draft_token": 1000 * c[3]}}
+                "step_ms": {"base": 1000 * c[0], "per_slot": 1000 * c[1], "per_row": 1000 * c[2],
+                            "per_draft_decode": 1000 * c[3], "per_draft_token": 1000 * c[4]}}
 
     # -- within ---------------------------------------------------------------------------
 
     @staticmethod
     def _rate(k: int, slots: int, c: np.ndarray, accept: list[float]) -> float:
-        seconds = c[0] + c[1] * slots * (k + 1) + c[2] * k + c[3] * slots * k
+        seconds = c[0] + c[1] * slots + c[2] * slots * (k + 1) + c[3] * k + c[4] * slots * k
         return slots * expected_tokens(accept, k) / seconds if seconds > 0 else 0.0
 
     def _prior_mean(self) -> np.ndarray | None:
-        """From the lone policy's costs: a 1-row pass as the base, the step from it to two rows per row, a
-        draft step per draft decode, and ``DRAFT_TOKEN`` of one per draft token."""
+        """From the lone policy's costs: a 1-row pass as the base, ``SLOT`` of it per slot, the step from it to
+        two rows per row, a draft step per draft decode, and ``DRAFT_TOKEN`` of one per draft token."""
         one, two = self.lone.verify_cost(1), self.lone.verify_cost(2)
         prices = self.lone.prices(1)
         if not one or prices is None or prices.step is None:
             return None
         step = float(np.exp(self.lone.costs.level)) * prices.step
-        return np.array([one, max(two - one, 0.02 * one), step, DRAFT_TOKEN * step])
+        return np.array([one, SLOT * one, max(two - one, 0.02 * one), step, DRAFT_TOKEN * step])
 
     def _prior(self) -> tuple[np.ndarray, np.ndarray]:
         mean = self._prior_mean()
