@@ -1,13 +1,15 @@
 """What the benchmark scripts share: progress lines on stderr, a free local
-port, a first-time user's environment (empty remembered costs), and --gpu-layers
-as the API's arguments."""
+port, a first-time user's environment (empty remembered costs), a server process
+started and waited for, and --gpu-layers as the API's arguments."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 COSTS_VARIABLE = "SPECLLAMA_COSTS_FILE"
@@ -28,6 +30,26 @@ def fresh_env(tmp: str) -> dict:
     path = Path(tempfile.mkdtemp(dir=tmp)) / "costs.json"
     path.write_text("{}", encoding="utf-8")
     return {**os.environ, COSTS_VARIABLE: str(path)}
+
+
+def start_server(cmd: list[str], port: int, *, timeout: float = 300, env: dict | None = None) -> subprocess.Popen:
+    """Start a server (``specllama serve``, llama-server) and wait until its ``/health`` answers 200."""
+    import httpx
+
+    log(f"starting: {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{os.path.basename(cmd[0])} exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"{' '.join(cmd[:3])} did not start")
 
 
 def offload(layers: int | None) -> dict:

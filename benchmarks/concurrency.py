@@ -2,9 +2,11 @@
 with drafting and without (`"speculative": {"n_max": 0}` on the -np 4 server: target-only in slots).
 
 Both servers run the same pair, loaded side by side; never two rows at once: the rows interleave and their
-order rotates each repetition, so a change in the machine's load hits every configuration alike; the -np 1
-server is measured twice per repetition (an A/A control: the spread a ratio must beat). A slot drafts only
-while it runs alone (specllama/engine.py): with others running, its passes are target-only. Each row:
+order rotates each repetition, so a change in the machine's load hits every configuration alike (each specllama
+server starts as a first-time user's: an empty remembered-costs file); the -np 1
+server is measured twice per repetition (an A/A control: the spread a ratio must beat). A slot running alone
+drafts as a single stream does; with others running, the draft length is the batch's (specllama/policy/batch.py).
+Each row:
 `--requests` streamed chat requests of mixed lengths (32, 64 and 128 tokens, cycling) over C concurrent
 clients; aggregate tokens/s (completion tokens over the row's wall time), time to first token and request
 latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 target-only.
@@ -26,12 +28,13 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpx
-from bench_common import free_port, log  # noqa: E402
+from bench_common import free_port, fresh_env, log, start_server  # noqa: E402
 from server_bench import percentile  # noqa: E402
 
 QUESTIONS = [
@@ -48,34 +51,18 @@ SEED = 1
 OFF = {"speculative": {"n_max": 0}}
 
 
-def start(args: argparse.Namespace, port: int, n_parallel: int) -> subprocess.Popen:
+def start(args: argparse.Namespace, port: int, n_parallel: int, tmp: str) -> subprocess.Popen:
+    """``specllama serve`` as a first-time user starts it: the defaults, an empty remembered-costs file."""
     cmd = [sys.executable, "-m", "specllama", "serve", "--port", str(port), "-c", str(CTX), "--max-queue", "64",
            "-np", str(n_parallel), "--no-webui"]
     cmd += ["-m", args.model, "-md", args.model_draft] if args.model else ["--pair", args.pair]
-    return wait_up(cmd, port)
+    return start_server(cmd, port, timeout=600, env=fresh_env(tmp))
 
 
 def start_llama_server(binary: str, target: str, draft: str | None, port: int) -> subprocess.Popen:
     cmd = [binary, "-m", target, "--port", str(port), "-c", str(CTX), "-np", "4", "-t", str(os.cpu_count() or 1),
            "--no-webui"] + (["-md", draft] if draft else [])
-    return wait_up(cmd, port)
-
-
-def wait_up(cmd: list[str], port: int) -> subprocess.Popen:
-    log(f"starting: {' '.join(cmd)}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"specllama serve exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("specllama serve did not start")
+    return start_server(cmd, port, timeout=600)
 
 
 def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float, extra: dict) -> dict:
@@ -146,7 +133,8 @@ def main() -> None:
     temps = [float(t) for t in args.temperatures.split(",")]
     load_before = os.getloadavg()[0]
     ports = {1: free_port(), 4: free_port()}
-    procs = {n: start(args, port, n) for n, port in ports.items()}
+    tmp = tempfile.mkdtemp(prefix="specllama-concurrency-")
+    procs = {n: start(args, port, n, tmp) for n, port in ports.items()}
     # "-np 1 (A/A)": the same server again, at another place in the order: the spread a ratio must beat
     configs = {"-np 1": (1, {}), "-np 4 target-only": (4, OFF), "-np 1 (A/A)": (1, {}), "-np 4": (4, {})}
     if args.llama_server:

@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpx
 from bench_common import free_port, log  # noqa: E402
+from bench_common import start_server as start  # noqa: E402
 
 PROMPTS = [
     "Once upon a time, in a small village by the sea,",
@@ -79,20 +80,7 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen:
         cmd += ["-md", args.model_draft]
     if not args.model and not args.model_draft:
         cmd += ["--pair", args.pair]
-    log(f"starting: {' '.join(cmd)}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"specllama serve exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("specllama serve did not start")
+    return start(cmd, port)
 
 
 def http_request(client: httpx.Client, prompt: str, n_tokens: int, extra: dict) -> dict:

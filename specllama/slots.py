@@ -384,9 +384,9 @@ class Slots:
     @staticmethod
     def _drop_cache(slot: _Slot) -> None:
         """An idle slot's cache goes: every pass attends over all the cells the slots hold (llama.cpp's unified
-        cache), so a cache no running generation uses slows every other slot's passes (0.70x one slot's speed
-        with three idle caches of 500 tokens). A new generation keeps only the cache of the slot it takes, the
-        one sharing the longest prefix with its prompt: as one slot keeps its one cache."""
+        cache), so a cache no running generation uses slows every other slot's passes. A new generation keeps
+        only the cache of the slot it takes, the one sharing the longest prefix with its prompt: as one slot
+        keeps its one cache."""
         for model in (slot.engine.target, slot.engine.draft):
             if model is not None and model.tokens:
                 model.clear()

@@ -16,8 +16,7 @@ the batch, S E(k) / T(S, S (k + 1), k, S k), under one draw from the posterior o
 and of the acceptance (Thompson sampling, as the lone policy): a k whose value is
 uncertain is tried in proportion to the chance that it is the best. Each slot's best
 answer to the others' k alone would have them all draft where none drafting is
-faster (on 2 cores, 1.7x faster for the demo-chat pair's four slots); the batch's
-choice prices that. One choice per step, from past steps only: the k of a step never
+faster; the batch's choice prices that. One choice per step, from past steps only: the k of a step never
 depends on its draws.
 """
 
