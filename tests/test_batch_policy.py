@@ -33,11 +33,18 @@ def best_k(cost, rate: float) -> int:
                key=lambda k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k))
 
 
-@pytest.mark.parametrize("name,cost,rate,agreement", [
-    ("rows dear (a CPU)", machine(0.010, 0.004, 0.008, 0.001), 0.9, (14, 16)),
-    ("rows nearly free (a GPU)", machine(0.010, 0.0002, 0.002, 0.0002), 0.9, (14, 16)),
+DEAR, FREE = machine(0.010, 0.004, 0.008, 0.001), machine(0.010, 0.0002, 0.002, 0.0002)
+
+
+@pytest.mark.parametrize("name,cost,rate,agreement,stalls", [
+    ("rows dear (a CPU)", DEAR, 0.9, (14, 16), 0.0),
+    ("rows nearly free (a GPU)", FREE, 0.9, (14, 16), 0.0),
+    # another program takes the cores now and then: 2% of the steps take 50 times as long; without the outlier
+    # cut the fit followed them (at seed 5 its late steps got 0.88 of the best on both machines)
+    ("rows dear (a CPU), stalls", DEAR, 0.9, (14, 16), 0.02),
+    ("rows nearly free (a GPU), stalls", FREE, 0.9, (14, 16), 0.02),
 ])
-def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, agreement):
+def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, agreement, stalls):
     rng = np.random.default_rng(5)
     policy = BatchPolicy(lone_policy(cost, agreement))
     truth = best_k(cost, rate)
@@ -49,14 +56,15 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
             if k:
                 kept = next((i for i in range(k) if rng.random() >= rate), k)
                 policy.observe_acceptance(k, kept)
-        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05), SLOTS, SLOTS * (k + 1), k,
-                            SLOTS * k)
+        stall = 50.0 if rng.random() < stalls else 1.0
+        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05) * stall, SLOTS,
+                            SLOTS * (k + 1), k, SLOTS * k)
         ks.append(k)
     late = Counter(ks[-100:])
     tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k) for k in late}
     achieved = sum(n * tokens_per_second[k] for k, n in late.items()) / 100
     best = SLOTS * expected_tokens([rate] * truth, truth) / cost(SLOTS * (truth + 1), truth, SLOTS * truth)
-    assert (truth == 0) == (name == "rows dear (a CPU)")
+    assert (truth == 0) == name.startswith("rows dear (a CPU)")
     assert achieved >= 0.95 * best, (late, truth)  # the late steps get at least 0.95 of the best draft length
     assert late.most_common(1)[0][0] == truth or achieved >= 0.98 * best
 

@@ -22,10 +22,13 @@ depends on its draws.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .acceptance import expected_tokens
 from .adaptive import EXPLORE, SEED, MeasuredPolicy
+from .costs import OUTLIER
 
 MEMORY = 64  # steps a timing is remembered for (discount 1 - 1/MEMORY): longer fits finer, follows load slower
 PRIOR_DOUBT = 0.5  # the prior's sd, as a share of each coefficient: more lets the steps overrule the warm-up sooner
@@ -54,6 +57,12 @@ class BatchPolicy:
         if not self._start():
             return
         x = np.array([1.0, slots, rows, draft_decodes, draft_tokens])
+        predicted = float(x @ self.mean())
+        if predicted > 0:
+            # the outlier cut of the lone costs: a step slowed by other work (or sped up) counts as at most
+            # OUTLIER off the fit, so a moment's stall moves the fit a little, and a fit far off follows the
+            # steps in a few of them
+            seconds = min(max(seconds, predicted * math.exp(-OUTLIER)), predicted * math.exp(OUTLIER))
         keep = 1 - 1 / MEMORY
         prior_p, prior_w = self._prior()
         # discount toward the prior, then add the step
