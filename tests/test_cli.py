@@ -283,7 +283,8 @@ def test_draft_min_above_draft_max_is_refused(tiny_pair):
 @pytest.mark.parametrize("flags", [
     ("--draft-max", "4"),
     ("--draft-max", "4", "--draft-fixed"),
-    ("--draft-max", "1000", "--draft-fixed"),
+    # slow: --json reports on every draft length up to 1000, which takes seconds (the cap: test_generation_path.py)
+    pytest.param(("--draft-max", "1000", "--draft-fixed"), marks=pytest.mark.slow),
     ("--temp", "0.8", "--top-k", "1", "--seed", "1"),
     ("--temp", "0.8", "--min-p", "1", "--seed", "1"),
     ("--temp", "1e-9", "--seed", "1", "--draft-fixed"),

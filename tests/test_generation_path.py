@@ -59,6 +59,7 @@ def test_a_draft_llama_with_a_smaller_context_through_the_api(tiny_pair, draft_m
     assert (out["speculative"]["n_drafted"] > 0) == (draft_max > 0)
 
 
+@pytest.mark.slow  # a context filled with batch-long drafts: hundreds of draft evaluations a pass
 def test_drafts_never_exceed_one_batch(tiny_pair):
     """--draft-max 1000 with a 512-token batch: k is capped, nothing fails,
     and the text is target-only decoding's to the last token of the context."""
@@ -74,6 +75,7 @@ def test_drafts_never_exceed_one_batch(tiny_pair):
     assert spec.stats.n_drafted / spec.stats.n_target_passes > 100  # it did draft long blocks
 
 
+@pytest.mark.slow  # batch-long drafts; --json then reports on every draft length up to 1000 (seconds)
 def test_draft_max_1000_through_the_cli_fills_the_context_in_batch_long_drafts(tiny_pair):
     """-n -1 -c 700 --draft-max 1000 --draft-fixed: drafts are capped at one
     batch of 512, and generation runs to the full context. (The target is its

@@ -251,7 +251,7 @@ def test_missing_file_is_one_line(tiny, tmp_path):
     assert llm_cli("chat", "-m", "specllama-gone", *FIXED, input="Hello\n", code=1).endswith("\n> Hello\n" + error)
 
 
-def test_demo_pair_answers(user_dir):
+def test_demo_pair_answers(user_dir, demo_installed):
     question = "What is the capital of France?"
     assert llm_cli("-m", "specllama", question, "-o", "temperature", "0", "-o", "n_threads", "1") == \
         "The capital of France is Paris.\n"

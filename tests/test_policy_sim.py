@@ -39,6 +39,7 @@ def test_the_simulator_drives_the_engine_s_constants():
     assert (sim.CAP, sim.WARM_UP_TIMINGS, sim.WARM_UP_DRAFTED) == (DEFAULT_DRAFT_MAX, WARM_UP_TIMINGS, WARM_UP_DRAFTED)
 
 
+@pytest.mark.slow  # the simulator's long runs: many simulated processes, each a policy over hundreds of passes
 def test_the_machines_are_the_measured_ones():
     assert sim.DEMO.verify(9) / sim.DEMO.verify(1) == pytest.approx(2.7)
     assert [sim.CODER.verify(n) for n in (1, 2, 9)] == pytest.approx([0.0267, 0.046, 0.136])
@@ -71,6 +72,7 @@ def test_each_scenario_reaches_its_goal(figures, name):
     assert figures[name] >= sim.goal(name), figures[name]
 
 
+@pytest.mark.slow  # the simulator's long runs: many simulated processes, each a policy over hundreds of passes
 @pytest.mark.parametrize("accept", [0.5, 0.95])
 def test_where_drafting_cannot_pay_it_hardly_drafts(accept):
     """The coder pair's costs: at most 2% of passes draft (the warm-up's verdict, and what exploring costs)."""
@@ -79,6 +81,7 @@ def test_where_drafting_cannot_pay_it_hardly_drafts(accept):
     assert outcome.figure >= 0.97, outcome
 
 
+@pytest.mark.slow  # the simulator's long runs: many simulated processes, each a policy over hundreds of passes
 def test_where_drafting_pays_on_a_gpu_it_drafts():
     outcome = sim.fresh(sim.gpu_pays(2.0), 0.95, 2)
     assert outcome.drafting >= 0.9, outcome

@@ -207,6 +207,7 @@ def test_a_refused_connection_is_one_line_naming_the_endpoint(tiny_pair):
                         f"listens there; start `specllama rpc-server --host HOST --port {port}` on that machine)\n")
 
 
+@pytest.mark.slow  # waits out the real 5 s timeout
 @needs_rpc
 def test_a_server_that_never_answers_times_out_naming_the_endpoint(tiny_pair):
     """A port that accepts connections but never answers (a server busy with
@@ -294,6 +295,7 @@ def test_draft_on_the_server_too(tiny_pair, server, local_greedy):
     assert spec.stats.n_accepted > 0
 
 
+@pytest.mark.slow  # the exactness check's 3,000 runs again, through RPC (on the engine itself: test_engine_llama.py)
 @needs_rpc
 def test_two_token_law_through_rpc_matches_the_target(tiny_pair, server):
     """First and second tokens, jointly, against the law enumerated from the
@@ -307,6 +309,7 @@ def test_two_token_law_through_rpc_matches_the_target(tiny_pair, server):
         engine.close()
 
 
+@pytest.mark.slow  # the exactness check's 3,000 runs again, through RPC (on the engine itself: test_engine_llama.py)
 @needs_rpc
 def test_two_token_law_through_rpc_with_filters_and_block_verification(tiny_pair, server):
     """The same at T = 0.8 with top-k 20, top-p 0.9, min-p 0.02, block

@@ -192,6 +192,7 @@ def _two_token_counts_in_slots(slots, bins, n_runs, params, rule="token"):
     return counts
 
 
+@pytest.mark.slow  # the exactness check's 3,000 runs again, in parallel slots (one sequence: test_engine_llama.py)
 @pytest.mark.parametrize("rule", ["token", "block"])
 def test_the_joint_law_of_each_slots_first_two_tokens_is_the_targets(tiny_pair, rule):
     """4 slots; the counted runs share every batch with runs of another prompt. N = 3,000: detects w >= 0.201
@@ -210,6 +211,7 @@ def test_the_joint_law_of_each_slots_first_two_tokens_is_the_targets(tiny_pair, 
     assert_distributed_as(counts, expected)
 
 
+@pytest.mark.slow  # the exactness check's 3,000 runs again, in parallel slots (one sequence: test_engine_llama.py)
 def test_the_law_check_catches_two_slots_rows_swapped(tiny_pair, monkeypatch):
     """A planted bug: in each batch of several sequences, the first and the last sequence's first logits rows
     swapped. The same check fails."""

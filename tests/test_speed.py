@@ -17,7 +17,7 @@ from specllama.cost_cache import costs_file
 from specllama.demo import cache_dir
 from specllama.engine import WARM_UP_DRAFTED, _draft_agreement
 from specllama.generate import generate
-from specllama.opener import open_engine
+from specllama.opener import open_engine as _open_engine
 from specllama.policy import DEFAULT_DRAFT_MAX, AdaptivePolicy, PassRecord, WarmUp
 from specllama.policy.acceptance import PRIOR_ACCEPT
 from specllama.policy.costs import FIRST, STEP
@@ -27,6 +27,12 @@ from .cli_helpers import invoke
 
 PROMPT = "once upon a time there lived a king"
 GREEDY = SamplingParams(temperature=0)
+
+
+def open_engine(*models, **settings):
+    """The tiny models on one thread, as every test of them (tests/conftest.py: two threads that wait on each
+    other make a test take minutes, not a second, when another process holds a core)."""
+    return _open_engine(*models, n_threads=1, **settings)
 
 
 @pytest.fixture
@@ -186,7 +192,7 @@ def test_plain_llama_cpp_baseline_is_llama_cpp_pythons_own_text(tiny_pair, cache
     n, seconds = plain_completion(engine.target, prompt, max_tokens=24, temperature=0, top_k=40, top_p=0.95,
                                   min_p=0.05, seed=1)
     assert n == 24 and seconds > 0 and engine.target.tokens == []
-    reference = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False)
+    reference = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False, n_threads=1)
     theirs = reference.create_completion(prompt, max_tokens=24, temperature=0)
     reference.close()
     ours = generate(engine, prompt, params=GREEDY, draft_max=4, max_tokens=24, invalid_utf8="ignore")
@@ -196,7 +202,7 @@ def test_plain_llama_cpp_baseline_is_llama_cpp_pythons_own_text(tiny_pair, cache
 
 
 def test_bench_rows_carry_the_baseline_and_both_rules(tiny_pair, cache):
-    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "512", "--json", "-n", "12",
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "512", "-t", "1", "--json", "-n", "12",
                "--draft-max", "2", "--temp", "0", "--only", "story", "--rule", "token,block")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["rows"]

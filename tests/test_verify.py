@@ -19,7 +19,7 @@ from specllama.sampling import SamplingParams, to_probs
 
 from . import stats_helpers
 from .cli_helpers import invoke, one_line_error
-from .conftest import TINY_CTX, open_tiny_engine, require_demo_extra
+from .conftest import TINY_CTX, open_tiny_engine
 
 ALPHA = 1e-3
 PROMPT = "once upon a time there lived a king"
@@ -285,11 +285,6 @@ def test_help_lists_the_flags():
 
 
 # -- the demo pair, as a user runs it -----------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def demo_installed():
-    require_demo_extra()
 
 
 def test_demo_pair_default_run(demo_installed, capsys):
