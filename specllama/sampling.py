@@ -151,41 +151,42 @@ def _candidates(row: np.ndarray, best: float, params: SamplingParams) -> np.ndar
 
 # The top-k shortcut (issue 48): the settings' top-k and top-p on (the defaults), the top k
 # tokens are found with a few whole-row numpy operations and the filters run on those k alone.
-# A row's cost is mostly reading it (Gemma's 262,144 logits are 1 MB, out of the caches after a
-# pass), so the path reads it twice at most: its max, then one comparison with a threshold read
-# from a strided sample (benchmarks/row_sampling.py).
-_SAMPLE_STRIDE = 64  # every 64th logit is the sample the threshold is read from (a quarter of the cache lines)
-_SAMPLE_SPARE = 8  # tokens over the threshold, expected, per token top-k keeps: fewer re-reads the row more often
+# Sampling a row is mostly numpy's fixed cost per call (after a llama.cpp pass has evicted the
+# caches, each distinct call is slow), so the path is kept to few calls.
+_GRID_ROWS = 64  # a row of V = 64 C logits is read as 64 rows of C columns (see _grid_candidates)
+_MIN_COLUMNS = 256
 
 
-def _sampled_candidates(row: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+def _grid_candidates(row: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float] | None:
     """Every token whose logit is at least t, for a t that leaves at least
-    top_k of them (and usually about 8 top_k): ``(ids ascending, logits, best)``.
+    top_k of them (and usually about top_k): ``(ids ascending, logits, best)``.
 
-    t is the j-th largest of every 64th logit, j such that about 8 top_k
-    tokens of the row are expected at or above it; None where fewer are (the
-    caller tries wider ways), the row is too short to sample, or its max is
-    not finite (NaN included: the max propagates it).
+    The row is viewed as a grid of 64 rows and C columns; one vectorised pass
+    takes each column's max. The top_k-th largest column max is such a t (top_k
+    columns each hold a logit >= t), and the tokens >= t all lie in the columns
+    whose max is >= t: about top_k columns of 64 logits, read apart. None where
+    the row is no such grid (V not 64 C, C too small) or t is not finite.
     """
-    sample = row[::_SAMPLE_STRIDE]
-    n = sample.shape[0]
-    j = -(-_SAMPLE_SPARE * top_k // _SAMPLE_STRIDE)  # ceil
-    if n < 4 * j:
+    n_vocab = row.shape[0]
+    n_cols = n_vocab // _GRID_ROWS
+    if n_cols * _GRID_ROWS != n_vocab or n_cols < max(_MIN_COLUMNS, top_k):
         return None
-    best = float(row.max())  # NaN if any logit is NaN
-    if not -math.inf < best < math.inf:
+    grid = row.reshape(_GRID_ROWS, n_cols)
+    col_max = grid.max(axis=0)  # propagates NaN: a NaN anywhere makes ``best`` NaN
+    best = float(col_max.max())
+    part = col_max.copy()
+    part.partition(n_cols - top_k)
+    t = part[n_cols - top_k]
+    if not (-math.inf < best < math.inf and t > -math.inf):
         return None
-    t = np.partition(sample, n - j)[n - j]
-    if not t > -math.inf:
-        return None
-    cand = (row >= t).nonzero()[0]
-    if cand.shape[0] < top_k:
-        return None
-    return cand, row[cand], best
+    cols = (col_max >= t).nonzero()[0]
+    sub = grid.take(cols, axis=1)
+    r, c = (sub >= t).nonzero()  # row-major: the ids r * C + cols[c] come out ascending
+    return r * n_cols + cols[c], sub[r, c], best
 
 
 def _window_candidates(row: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """As :func:`_sampled_candidates`, for any row: the tokens within 8, 16, 32
+    """As :func:`_grid_candidates`, for any row: the tokens within 8, 16, 32
     or 64 nats of the best, the first window that holds top_k of them."""
     best = float(row.max())  # NaN if any logit is NaN
     if not -math.inf < best < math.inf:
@@ -211,7 +212,7 @@ def _sparse_probs_top_k(row: np.ndarray, params: SamplingParams) -> SparseProbs 
     probabilities (infill walks them in the order given).
     """
     top_k = params.top_k
-    found = _sampled_candidates(row, top_k) or _window_candidates(row, top_k)
+    found = _grid_candidates(row, top_k) or _window_candidates(row, top_k)
     if found is None:
         return None
     cand, vals, best = found
