@@ -356,6 +356,7 @@ class SpeculativeEngine:
         finally:
             if self.batch is not None:
                 self.batch.running.discard(self.seq_id)
+                self.batch.behind.pop(self.seq_id, None)
 
 
 @dataclass
@@ -437,7 +438,10 @@ class _Generation:
                 plan = self.policy.choose(k, minimum=self.draft_min)
             else:
                 batch = engine.batch
-                plan = Plan(max(batch.policy.choose(k, len(batch.running), batch.step), min(self.draft_min, k)))
+                if engine.draft is not None:
+                    batch.behind[engine.seq_id] = max(len(seq) - 1 - len(engine.draft.tokens), 0)
+                behind = sum(batch.behind.get(i, 0) for i in batch.running)
+                plan = Plan(max(batch.policy.choose(k, len(batch.running), batch.step, behind), min(self.draft_min, k)))
             k = plan.k
             if self.lookup_mix is not None and engine.drafter is not None:
                 # from the committed sequence and past passes only, like k

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from .acceptance import expected_tokens
-from .adaptive import EXPLORE, SEED, MeasuredPolicy
+from .adaptive import EXPLORE, HORIZON, SEED, MeasuredPolicy
 from .costs import OUTLIER
 
 MEMORY = 64  # steps a timing is remembered for (discount 1 - 1/MEMORY): longer fits finer, follows load slower
@@ -79,8 +79,10 @@ class BatchPolicy:
 
     # -- the slots ask ----------------------------------------------------------------------
 
-    def choose(self, cap: int, slots: int, step: int) -> int:
-        """The draft length of step ``step`` for each of ``slots`` running slots (``cap`` at most)."""
+    def choose(self, cap: int, slots: int, step: int, behind: int = 0) -> int:
+        """The draft length of step ``step`` for each of ``slots`` running slots (``cap`` at most), whose draft
+        models lack ``behind`` tokens in all: drafting first catches them up, a one-off cost priced over
+        ``HORIZON`` steps, as the lone policy prices its own."""
         if cap <= 0 or not self._start():
             return 0
         if self._chosen == (step, slots, cap):
@@ -88,7 +90,8 @@ class BatchPolicy:
         cov = np.linalg.inv(self._precision)
         c = self.rng.multivariate_normal(self.mean(), cov * EXPLORE ** 2)
         accept = self.lone.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
-        self._k = max(range(cap + 1), key=lambda k: self._rate(k, slots, c, accept))
+        catch_up = (c[3] + c[4] * behind) / HORIZON if behind else 0.0  # one more draft decode, of every token behind
+        self._k = max(range(cap + 1), key=lambda k: self._rate(k, slots, c, accept, catch_up))
         self._chosen = (step, slots, cap)
         return self._k
 
@@ -106,8 +109,8 @@ class BatchPolicy:
     # -- within ---------------------------------------------------------------------------
 
     @staticmethod
-    def _rate(k: int, slots: int, c: np.ndarray, accept: list[float]) -> float:
-        seconds = c[0] + c[1] * slots + c[2] * slots * (k + 1) + c[3] * k + c[4] * slots * k
+    def _rate(k: int, slots: int, c: np.ndarray, accept: list[float], catch_up: float = 0.0) -> float:
+        seconds = c[0] + c[1] * slots + c[2] * slots * (k + 1) + c[3] * k + c[4] * slots * k + (catch_up if k else 0.0)
         return slots * expected_tokens(accept, k) / seconds if seconds > 0 else 0.0
 
     def _prior_mean(self) -> np.ndarray | None:
@@ -145,4 +148,5 @@ class Batch:
     def __init__(self, policy: BatchPolicy) -> None:
         self.policy = policy
         self.running: set[int] = set()
+        self.behind: dict[int, int] = {}  # per running sequence, the tokens its draft model lacks
         self.step = 0
