@@ -166,8 +166,8 @@ def main() -> None:
                 where = (f"after {args.evict_mb} MB read" + (" (each row)" if draft else " (each batch)")) if cold \
                     else "caches warm"
                 print(f"  {kind:<12} {name:<42} {where:<30} before {t['before']:7.1f}  now {t['now']:7.1f}  "
-                      f"({t['before'] / t['now']:4.2f}x)  one read {floor['floor']:5.1f}  same law: {'yes' if agree else 'NO'}",
-                      flush=True)
+                      f"({t['before'] / t['now']:4.2f}x)  one read {floor['floor']:5.1f}  "
+                      f"same law: {'yes' if agree else 'NO'}", flush=True)
 
 
 if __name__ == "__main__":
