@@ -14,6 +14,7 @@ latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 
     python benchmarks/concurrency.py                              # demo-chat pair, temperatures 0 and 0.8
     python benchmarks/concurrency.py --pair demo-coder --clients 1,4 --requests 8 --repeat 2 --json
 
+With --fixed-k 1,2,4, -np 4 servers that always draft k tokens (`--draft-fixed --draft-max k`) join the table.
 With --llama-server, llama.cpp's own server joins the table, built from the installed llama-cpp-python's
 llama.cpp as native_compare.py builds its tools (minutes, once): `-np 4` without a draft and with the same
 draft (its defaults otherwise: --draft-max 16, its match rule).
@@ -51,10 +52,11 @@ SEED = 1
 OFF = {"speculative": {"n_max": 0}}
 
 
-def start(args: argparse.Namespace, port: int, n_parallel: int, tmp: str) -> subprocess.Popen:
+def start(args: argparse.Namespace, port: int, n_parallel: int, tmp: str, extra: tuple[str, ...] = ()
+          ) -> subprocess.Popen:
     """``specllama serve`` as a first-time user starts it: the defaults, an empty remembered-costs file."""
     cmd = [sys.executable, "-m", "specllama", "serve", "--port", str(port), "-c", str(CTX), "--max-queue", "64",
-           "-np", str(n_parallel), "--no-webui"]
+           "-np", str(n_parallel), "--no-webui", *extra]
     cmd += ["-m", args.model, "-md", args.model_draft] if args.model else ["--pair", args.pair]
     return start_server(cmd, port, timeout=600, env=fresh_env(tmp))
 
@@ -68,7 +70,17 @@ def start_llama_server(binary: str, target: str, draft: str | None, port: int) -
 def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float, extra: dict) -> dict:
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
             "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
-    start_t = time.perf_counter()
+    for attempt in range(3):
+        try:
+            return _stream(client, body, time.perf_counter())
+        except httpx.RemoteProtocolError:
+            # a pooled keep-alive connection the server had closed (llama-server does): nothing was sent back
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _stream(client: httpx.Client, body: dict, start_t: float) -> dict:
     ttft, usage, pieces = None, {}, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
@@ -90,14 +102,18 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
 def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: dict) -> tuple[list[dict], float]:
     jobs = [(QUESTIONS[i % len(QUESTIONS)], LENGTHS[i % len(LENGTHS)]) for i in range(n_requests)]
     results: list[dict] = []
+    failures: list[BaseException] = []
     lock = threading.Lock()
 
     def client_loop(k: int) -> None:
-        with httpx.Client(base_url=url, timeout=900) as client:
-            for question, n in jobs[k::n_clients]:
-                r = chat(client, question, n, temperature, extra)
-                with lock:
-                    results.append(r)
+        try:
+            with httpx.Client(base_url=url, timeout=900) as client:
+                for question, n in jobs[k::n_clients]:
+                    r = chat(client, question, n, temperature, extra)
+                    with lock:
+                        results.append(r)
+        except Exception as e:  # a row that lost requests is no row: said, not averaged
+            failures.append(e)
 
     threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
     t0 = time.perf_counter()
@@ -105,6 +121,9 @@ def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: 
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise SystemExit(f"{url}: {len(failures)} client(s) failed, {len(results)} of {n_requests} requests done: "
+                         f"{failures[0]!r}")
     return results, time.perf_counter() - t0
 
 
@@ -127,6 +146,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=8, help="requests per row and repetition")
     p.add_argument("--repeat", type=int, default=2, help="repetitions (the row order rotates)")
     p.add_argument("--llama-server", action="store_true", help="also llama.cpp's llama-server (-np 4), built once")
+    p.add_argument("--fixed-k", default="", help="also -np 4 servers that always draft k, comma-separated ks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
@@ -137,6 +157,11 @@ def main() -> None:
     procs = {n: start(args, port, n, tmp) for n, port in ports.items()}
     # "-np 1 (A/A)": the same server again, at another place in the order: the spread a ratio must beat
     configs = {"-np 1": (1, {}), "-np 4 target-only": (4, OFF), "-np 1 (A/A)": (1, {}), "-np 4": (4, {})}
+    for k in [int(k) for k in args.fixed_k.split(",") if k]:
+        name = f"-np 4, fixed k = {k}"
+        ports[name] = free_port()
+        procs[name] = start(args, ports[name], 4, tmp, ("--draft-fixed", "--draft-max", str(k)))
+        configs[name] = (name, {})
     if args.llama_server:
         from native_compare import build, llama_cpp_version
 
@@ -175,6 +200,10 @@ def main() -> None:
             ratios[f"T={t} {c} client(s): A/A, -np 1 (A/A) / -np 1"] = by[("-np 1 (A/A)", c, t)] / by[("-np 1", c, t)]
             ratios[f"T={t} {c} client(s): -np 4 / -np 4 target-only"] = (
                 by[("-np 4", c, t)] / by[("-np 4 target-only", c, t)])
+            for name in configs:
+                if name.startswith("-np 4, fixed"):
+                    ratios[f"T={t} {c} client(s): {name} / -np 4 target-only"] = (
+                        by[(name, c, t)] / by[("-np 4 target-only", c, t)])
             if args.llama_server:
                 ratios[f"T={t} {c} client(s): -np 4 / llama-server -np 4 + draft"] = (
                     by[("-np 4", c, t)] / by[("llama-server -np 4 + draft", c, t)])
