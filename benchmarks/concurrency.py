@@ -17,7 +17,7 @@ latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 
 With --fixed-k 1,2,4, -np 4 servers that always draft k tokens (`--draft-fixed --draft-max k`) join the table.
 With --llama-server, llama.cpp's own server joins the table, built from the installed llama-cpp-python's
 llama.cpp as native_compare.py builds its tools (minutes, once): `-np 4` without a draft and with the same
-draft (its defaults otherwise: --draft-max 16, its match rule).
+draft (its defaults otherwise: this llama.cpp drafts at most 3 tokens, by its match rule).
 """
 
 from __future__ import annotations
