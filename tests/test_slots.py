@@ -55,8 +55,10 @@ def test_at_temperature_0_each_of_4_concurrent_streams_equals_its_solo_run(tiny_
     with SpeculativeLlama(t, d, n_ctx=1024, n_threads=1, adaptive=adaptive, draft_max=4, n_parallel=4) as par:
         got: list = [None] * 4
         streamed: list = [[] for _ in PROMPTS]
+        ready = threading.Barrier(4)  # all four ask at once, however busy the machine (its threads start late)
 
         def run(i: int) -> None:
+            ready.wait(60)
             for chunk in par.create_completion(PROMPTS[i], max_tokens=48, temperature=0, stream=True):
                 streamed[i].append(chunk["choices"][0]["text"])
             got[i] = "".join(streamed[i])
