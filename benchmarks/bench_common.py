@@ -1,6 +1,7 @@
 """What the benchmark scripts share: progress lines on stderr, a free local
 port, a first-time user's environment (empty remembered costs), a server process
-started and waited for, and --gpu-layers as the API's arguments."""
+started and waited for, concurrent HTTP clients, and --gpu-layers as the API's
+arguments."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 COSTS_VARIABLE = "SPECLLAMA_COSTS_FILE"
 
@@ -50,6 +53,46 @@ def start_server(cmd: list[str], port: int, *, timeout: float = 300, env: dict |
         time.sleep(0.2)
     proc.kill()
     raise SystemExit(f"{' '.join(cmd[:3])} did not start")
+
+
+def run_clients(url: str, n_clients: int, jobs: Sequence[Any], request: Callable[[Any, Any], dict], *,
+                timeout: float = 900) -> tuple[list[dict], float]:
+    """``jobs`` over ``n_clients`` threads, each its own connection, client k taking jobs k, k + n, ...;
+    ``request(client, job)`` makes one request. Returns the results and the wall time. A request on a
+    keep-alive connection the server had closed (llama-server closes them; nothing came back) is sent again;
+    a client that fails stops the run, so no row is averaged over fewer requests than asked."""
+    import httpx
+
+    results: list[dict] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client_loop(k: int) -> None:
+        try:
+            with httpx.Client(base_url=url, timeout=timeout) as client:
+                for job in jobs[k::n_clients]:
+                    for attempt in range(3):
+                        try:
+                            r = request(client, job)
+                            break
+                        except httpx.RemoteProtocolError:
+                            if attempt == 2:
+                                raise
+                    with lock:
+                        results.append(r)
+        except Exception as e:
+            failures.append(e)
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit(f"{url}: {len(failures)} client(s) failed, {len(results)} of {len(jobs)} requests done: "
+                         f"{failures[0]!r}")
+    return results, time.perf_counter() - t0
 
 
 def offload(layers: int | None) -> dict:

@@ -30,12 +30,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpx
-from bench_common import free_port, fresh_env, log, start_server  # noqa: E402
+from bench_common import free_port, fresh_env, log, run_clients, start_server  # noqa: E402
 from server_bench import percentile  # noqa: E402
 
 QUESTIONS = [
@@ -70,17 +69,7 @@ def start_llama_server(binary: str, target: str, draft: str | None, port: int) -
 def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float, extra: dict) -> dict:
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
             "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
-    for attempt in range(3):
-        try:
-            return _stream(client, body, time.perf_counter())
-        except httpx.RemoteProtocolError:
-            # a pooled keep-alive connection the server had closed (llama-server does): nothing was sent back
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _stream(client: httpx.Client, body: dict, start_t: float) -> dict:
+    start_t = time.perf_counter()
     ttft, usage, pieces = None, {}, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
@@ -101,30 +90,7 @@ def _stream(client: httpx.Client, body: dict, start_t: float) -> dict:
 
 def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: dict) -> tuple[list[dict], float]:
     jobs = [(QUESTIONS[i % len(QUESTIONS)], LENGTHS[i % len(LENGTHS)]) for i in range(n_requests)]
-    results: list[dict] = []
-    failures: list[BaseException] = []
-    lock = threading.Lock()
-
-    def client_loop(k: int) -> None:
-        try:
-            with httpx.Client(base_url=url, timeout=900) as client:
-                for question, n in jobs[k::n_clients]:
-                    r = chat(client, question, n, temperature, extra)
-                    with lock:
-                        results.append(r)
-        except Exception as e:  # a row that lost requests is no row: said, not averaged
-            failures.append(e)
-
-    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failures:
-        raise SystemExit(f"{url}: {len(failures)} client(s) failed, {len(results)} of {n_requests} requests done: "
-                         f"{failures[0]!r}")
-    return results, time.perf_counter() - t0
+    return run_clients(url, n_clients, jobs, lambda client, job: chat(client, *job, temperature, extra))
 
 
 def summary(results: list[dict], wall: float) -> dict:

@@ -25,12 +25,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpx
-from bench_common import free_port, log  # noqa: E402
+from bench_common import free_port, log, run_clients  # noqa: E402
 from bench_common import start_server as start  # noqa: E402
 
 PROMPTS = [
@@ -111,23 +110,8 @@ def http_request(client: httpx.Client, prompt: str, n_tokens: int, extra: dict) 
 def http_batch(url: str, n_clients: int, n_requests: int, n_tokens: int, extra: dict) -> tuple[list[dict], float]:
     """n_requests over n_clients threads (each its own connection); the prompts cycle."""
     jobs = [PROMPTS[i % len(PROMPTS)] for i in range(n_requests)]
-    results: list[dict] = []
-    lock = threading.Lock()
-
-    def client_loop(k: int) -> None:
-        with httpx.Client(base_url=url, timeout=600) as client:
-            for prompt in jobs[k::n_clients]:
-                r = http_request(client, prompt, n_tokens, extra)
-                with lock:
-                    results.append(r)
-
-    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, time.perf_counter() - start
+    return run_clients(url, n_clients, jobs, lambda client, prompt: http_request(client, prompt, n_tokens, extra),
+                       timeout=600)
 
 
 # -- in-process ------------------------------------------------------------------
