@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import greenlet
 import numpy as np
 
+from .errors import ContextFull
 from .policy import Batch, BatchPolicy
 from .prefix import common_prefix_len
 
@@ -337,6 +338,13 @@ class Slots:
             chosen.append((s, take))
             budget -= take
         self._make_room(base, sum(take for _, take in chosen))
+        if len(chosen) > 1 and min(take for _, take in chosen) > base.free_cells():
+            # no piece fits the shared cells: one generation ends ("length"), the one holding the most cells, and
+            # the others wait for them (its cache goes once it is idle), rather than every one ending at once
+            s = max((s for s, _ in chosen), key=lambda s: len(s.request.view.tokens))
+            s.request, s.value, s.ready = None, ContextFull(
+                f"the shared cache is full: {base.free_cells()} of its cells are free (-c/--ctx-size)"), True
+            return
         try:
             results = base.decode_batch(pieces)
         except Exception as e:
@@ -368,7 +376,7 @@ class Slots:
         now = time.perf_counter()
         passes = all(n_logits == len(tokens) for _, tokens, n_logits in pieces)
         if self._step_end is not None and passes and len(pieces) > 1:
-            self.batch.policy.observe_step(now - self._step_end, len(pieces), sum(len(t) for _, t, _ in pieces),
+            self.batch.policy.observe_step(now - self._step_end, sum(len(t) for _, t, _ in pieces),
                                            self._draft_decodes, self._draft_tokens)
         self._step_end, self._draft_decodes, self._draft_tokens = now, 0, 0
         self.batch.step = self.n_target_passes
