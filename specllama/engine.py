@@ -198,7 +198,7 @@ class SpeculativeEngine:
         timed = warm_up_rows(cap)
         verify = self.target.warm_up(timed) if hasattr(self.target, "warm_up") else {}  # cold passes
         if self.draft is not None and hasattr(self.draft, "warm_up"):
-            self.draft.warm_up((1,))
+            self.draft.warm_up((1, 2))
         rows = [n for n in timed if n in verify]
         drafts = self.draft is not None and bool(self.drafter)
         # in a generation's order: a draft step, then verify passes, most rows first (one row after a target pass).
@@ -209,9 +209,10 @@ class SpeculativeEngine:
         settle = 1 in rows and getattr(self.target, "offloaded", False)
         target_rows = rows[::-1] if not settle else [
             entry for n in rows[::-1] if n != 1 for entry in ((None, n), (None, n), n)] + [(SWITCH, 1), (None, 1), 1]
-        steps, timings = _time_passes([(self.draft if drafts else None, [1]), (self.target, target_rows)], self.clock)
+        steps, timings = _time_passes([(self.draft if drafts else None, [1, 2]), (self.target, target_rows)],
+                                      self.clock)
         switch = timings.pop(SWITCH, [])
-        self.policy.observe_warm_up(WarmUp(steps.get(1, []), timings, switch))
+        self.policy.observe_warm_up(WarmUp(steps.get(1, []), timings, switch, steps.get(2, [])))
         if steps and self.policy.verdict(cap) is None:
             agreement = _draft_agreement(self.target, self.draft)
             if agreement is not None:

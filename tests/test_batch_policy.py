@@ -23,7 +23,8 @@ def machine(base: float, row: float, decode: float, draft: float):
 def lone_policy(cost, agreement: tuple[int, int]) -> AdaptivePolicy:
     """A lone policy whose warm-up timed this machine's one-sequence passes."""
     p = AdaptivePolicy()
-    p.observe_warm_up(WarmUp([cost(0, 1, 1) - cost(0, 0, 0)] * 5, {r: [cost(r, 0, 0)] * 5 for r in (1, 2, CAP + 1)}))
+    p.observe_warm_up(WarmUp([cost(0, 1, 1) - cost(0, 0, 0)] * 5, {r: [cost(r, 0, 0)] * 5 for r in (1, 2, CAP + 1)},
+                             draft_pairs=[cost(0, 1, 2) - cost(0, 0, 0)] * 5))
     p.observe_agreement(*agreement)
     return p
 
@@ -57,8 +58,8 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
                 kept = next((i for i in range(k) if rng.random() >= rate), k)
                 policy.observe_acceptance(k, kept)
         stall = 50.0 if rng.random() < stalls else 1.0
-        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05) * stall, SLOTS,
-                            SLOTS * (k + 1), k, SLOTS * k)
+        policy.observe_step(cost(SLOTS * (k + 1), k, SLOTS * k) * rng.lognormal(0, 0.05) * stall, SLOTS * (k + 1), k,
+                            SLOTS * k)
         ks.append(k)
     late = Counter(ks[-100:])
     tokens_per_second = {k: SLOTS * expected_tokens([rate] * k, k) / cost(SLOTS * (k + 1), k, SLOTS * k) for k in late}
@@ -69,10 +70,21 @@ def test_the_batch_settles_on_the_draft_length_that_pays_best(name, cost, rate, 
     assert late.most_common(1)[0][0] == truth or achieved >= 0.98 * best
 
 
+@pytest.mark.parametrize("cost,coefficients", [(DEAR, (0.010, 0.004, 0.008, 0.001)),
+                                               (FREE, (0.010, 0.0002, 0.002, 0.0002))])
+def test_the_prior_is_what_the_warm_up_timed(cost, coefficients):
+    """On a machine linear in rows and draft tokens, the warm-up's passes (1, 2 and 9 rows; a draft decode of one
+    token and of two) give the step's coefficients exactly: the row slope past llama.cpp's one-row path, the base
+    under it, a draft token's cost, and a draft decode's less that."""
+    mean, spread = BatchPolicy(lone_policy(cost, (14, 16)))._prior_terms()
+    assert mean == pytest.approx(coefficients)
+    assert all(spread > 0)  # every coefficient in doubt, however exactly the warm-up timed it
+
+
 def test_no_choice_before_the_lone_policy_has_costs():
     policy = BatchPolicy(AdaptivePolicy())
     assert policy.choose(CAP, SLOTS, 0) == 0
-    policy.observe_step(0.05, 4, 8, 1, 4)  # nothing to start from yet: ignored
+    policy.observe_step(0.05, 8, 1, 4)  # nothing to start from yet: ignored
     assert policy.steps == 0
 
 
@@ -98,7 +110,7 @@ def test_the_drafts_catch_up_is_priced(name, cost):
                 policy.observe_acceptance(k, kept)
             tokens += kept + 1
             behind[i] = 0 if k else behind[i] + 1
-        policy.observe_step(took, SLOTS, SLOTS * (k + 1), decodes, drafted)
+        policy.observe_step(took, SLOTS * (k + 1), decodes, drafted)
         seconds += took
     truth = best_k(cost, 0.9)
     best = SLOTS * expected_tokens([0.9] * truth, truth) / cost(SLOTS * (truth + 1), truth, SLOTS * truth)

@@ -1,7 +1,7 @@
 """How likely a draft token is kept, by its position in the draft.
 
 a_i is the chance that draft position i is kept once the positions before it
-were. Each position keeps a discounted record (``ACCEPT_MEMORY`` drafting
+were. Each position keeps a discounted record (``MEMORY`` drafting
 passes), and its estimate leans on the one before it (position 0 on the rate
 pooled over all positions) with ``LEAN_WEIGHT``: a position's own record
 departs from its neighbour's only as it grows. The pooled rate starts from a
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .protocol import MEMORY
+
 # acceptance assumed before anything is observed: a pair that shares a tokenizer and a family keeps most drafts (the
 # demo pairs 93-95%)
 PRIOR_ACCEPT = 0.85
@@ -26,7 +28,6 @@ PRIOR_WEIGHT = 4.0
 # a position's estimate leans on the one before it with this many positions' weight: rejections fall at hard tokens
 # of the text, whatever position they land on, so one rejection at position 3 says little about position 3
 LEAN_WEIGHT = 16.0
-ACCEPT_MEMORY = 100  # passes a record remembers: an old verdict on a position fades
 
 
 @dataclass
@@ -39,7 +40,7 @@ class AcceptanceModel:
     def fade(self) -> None:
         """A pass went by (drafting or not): every record fades, so that a verdict on an older stretch of text,
         also one that ended drafting, is forgotten in time."""
-        fade = 1 - 1 / ACCEPT_MEMORY
+        fade = 1 - 1 / MEMORY
         self.tried = [t * fade for t in self.tried]
         self.accepted = [a * fade for a in self.accepted]
 

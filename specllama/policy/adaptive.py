@@ -120,7 +120,8 @@ class MeasuredPolicy:
             self.costs.observe_switch(1, t)
         self.warm_up_costs = {f"{kind}_row_pass" if isinstance(kind, int) else "draft_step": math.exp(float(
             np.median(v))) for kind, v in logs.items()} | (
-            {"1_row_pass_after_another_shape": float(np.median(ones))} if ones else {})
+            {"1_row_pass_after_another_shape": float(np.median(ones))} if ones else {}) | (
+            {"draft_2_token_step": float(np.median(warm.draft_pairs))} if warm.draft_pairs else {})
 
     def observe_agreement(self, agreed: int, n: int) -> None:
         self.acceptance.observe_agreement(agreed, n)

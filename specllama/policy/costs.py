@@ -51,7 +51,7 @@ STALE = 1e-5
 PRIOR_SD = 0.05
 # a timing this far (log ratio) from its kind's expected cost counts as this far: a cold pass, a busy moment
 OUTLIER = math.log(2.0)
-NOISE_MEMORY = 32  # timings the estimate of their noise follows
+NOISE_MEMORY = 32  # timings the estimate of their noise follows: longer estimates it finer, follows a busy spell slower
 # the row curve's stiffness: its squared second differences weigh this many timings each (stiffer smooths the
 # noise of neighbouring row counts more, and follows a real kink in the curve less)
 ROW_SMOOTHING = 30.0

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the draft length (--draft-max)
+# passes the policy's records remember (acceptance; the slots' step costs): longer estimates finer, and follows a
+# change (of the text, of the machine's load) slower
+MEMORY = 100
 
 
 class Plan(NamedTuple):
@@ -57,12 +60,14 @@ class PassRecord:
 @dataclass(frozen=True)
 class WarmUp:
     """Timings taken at load: draft steps, target passes by rows (settled:
-    on a GPU the third of their shape in a row), and on a GPU 1-row passes
-    right after another shape."""
+    on a GPU the third of their shape in a row), on a GPU 1-row passes
+    right after another shape, and draft decodes of two tokens (what a
+    token adds to a draft decode: the slots' batched draft steps)."""
 
     draft_steps: list[float] = field(default_factory=list)
     rows: dict[int, list[float]] = field(default_factory=dict)
     switch_one_row: list[float] = field(default_factory=list)
+    draft_pairs: list[float] = field(default_factory=list)
 
 
 class DraftPolicy(Protocol):
