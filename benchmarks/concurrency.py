@@ -9,7 +9,8 @@ drafts as a single stream does; with others running, the draft length is the bat
 Each row:
 `--requests` streamed chat requests of mixed lengths (32, 64 and 128 tokens, cycling) over C concurrent
 clients; aggregate tokens/s (completion tokens over the row's wall time), time to first token and request
-latency (p50, p95). Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 target-only.
+latency (p50, p95), and the draft tokens per generated token (0 without drafting: where the time went).
+Ratios are within one run: -np 4 / -np 1, and -np 4 / -np 4 target-only.
 
     python benchmarks/concurrency.py                              # demo-chat pair, temperatures 0 and 0.8
     python benchmarks/concurrency.py --pair demo-coder --clients 1,4 --requests 8 --repeat 2 --json
@@ -70,7 +71,7 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
             "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
     start_t = time.perf_counter()
-    ttft, usage, pieces = None, {}, 0
+    ttft, usage, pieces, drafted = None, {}, 0, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -82,10 +83,13 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
                 if ttft is None:
                     ttft = time.perf_counter() - start_t
             usage = event.get("usage") or usage
+            # the draft tokens it took: specllama's "speculative" object, llama-server's "timings"
+            drafted = (event.get("speculative") or {}).get("n_drafted", (event.get("timings") or {}).get(
+                "draft_n", drafted))
     latency = time.perf_counter() - start_t
     # a server that sends no usage: its content chunks (one token each, as llama-server streams)
     return {"latency": latency, "ttft": latency if ttft is None else ttft,
-            "tokens": usage.get("completion_tokens", pieces)}
+            "tokens": usage.get("completion_tokens", pieces), "drafted": drafted}
 
 
 def batch(url: str, n_clients: int, n_requests: int, temperature: float, extra: dict) -> tuple[list[dict], float]:
@@ -99,7 +103,8 @@ def summary(results: list[dict], wall: float) -> dict:
             "p50_ttft_s": percentile([r["ttft"] for r in results], 0.5),
             "p95_ttft_s": percentile([r["ttft"] for r in results], 0.95),
             "p50_latency_s": percentile([r["latency"] for r in results], 0.5),
-            "p95_latency_s": percentile([r["latency"] for r in results], 0.95)}
+            "p95_latency_s": percentile([r["latency"] for r in results], 0.95),
+            "drafted_per_token": sum(r["drafted"] for r in results) / max(sum(r["tokens"] for r in results), 1)}
 
 
 def main() -> None:
@@ -184,12 +189,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    head = f"{'config':<20}{'clients':>8}{'T':>5}{'tok/s':>8}{'TTFT p50':>10}{'p95':>7}{'latency p50':>13}{'p95':>7}"
+    head = (f"{'config':<20}{'clients':>8}{'T':>5}{'tok/s':>8}{'TTFT p50':>10}{'p95':>7}{'latency p50':>13}{'p95':>7}"
+            f"{'drafted/token':>15}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['config']:<20}{r['clients']:>8}{r['temperature']:>5}{r['tokens_per_second']:>8.1f}"
-              f"{r['p50_ttft_s']:>9.2f}s{r['p95_ttft_s']:>6.2f}s{r['p50_latency_s']:>12.2f}s{r['p95_latency_s']:>6.2f}s")
+              f"{r['p50_ttft_s']:>9.2f}s{r['p95_ttft_s']:>6.2f}s{r['p50_latency_s']:>12.2f}s{r['p95_latency_s']:>6.2f}s"
+              f"{r['drafted_per_token']:>15.2f}")
     for name, value in ratios.items():
         print(f"{name}: {value:.3f}")
 
