@@ -71,7 +71,7 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
     body = {"messages": [{"role": "user", "content": question}], "max_tokens": n_tokens, "temperature": temperature,
             "seed": SEED, "stream": True, "stream_options": {"include_usage": True}, **extra}
     start_t = time.perf_counter()
-    ttft, usage, pieces, drafted = None, {}, 0, 0
+    ttft, usage, pieces, drafted = None, {}, 0, None
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -83,9 +83,11 @@ def chat(client: httpx.Client, question: str, n_tokens: int, temperature: float,
                 if ttft is None:
                     ttft = time.perf_counter() - start_t
             usage = event.get("usage") or usage
-            # the draft tokens it took: specllama's "speculative" object, llama-server's "timings"
-            drafted = (event.get("speculative") or {}).get("n_drafted", (event.get("timings") or {}).get(
-                "draft_n", drafted))
+            # the draft tokens it took: specllama's "speculative" object; llama-server's "timings", which leave
+            # out "draft_n" where it drafted none (None where neither came)
+            if "speculative" in event or "timings" in event:
+                drafted = (event.get("speculative") or {}).get("n_drafted", (event.get("timings") or {}).get(
+                    "draft_n", 0))
     latency = time.perf_counter() - start_t
     # a server that sends no usage: its content chunks (one token each, as llama-server streams)
     return {"latency": latency, "ttft": latency if ttft is None else ttft,
@@ -104,7 +106,8 @@ def summary(results: list[dict], wall: float) -> dict:
             "p95_ttft_s": percentile([r["ttft"] for r in results], 0.95),
             "p50_latency_s": percentile([r["latency"] for r in results], 0.5),
             "p95_latency_s": percentile([r["latency"] for r in results], 0.95),
-            "drafted_per_token": sum(r["drafted"] for r in results) / max(sum(r["tokens"] for r in results), 1)}
+            "drafted_per_token": None if any(r["drafted"] is None for r in results) else
+            sum(r["drafted"] for r in results) / max(sum(r["tokens"] for r in results), 1)}
 
 
 def main() -> None:
@@ -196,7 +199,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['config']:<20}{r['clients']:>8}{r['temperature']:>5}{r['tokens_per_second']:>8.1f}"
               f"{r['p50_ttft_s']:>9.2f}s{r['p95_ttft_s']:>6.2f}s{r['p50_latency_s']:>12.2f}s{r['p95_latency_s']:>6.2f}s"
-              f"{r['drafted_per_token']:>15.2f}")
+              f"{'?' if r['drafted_per_token'] is None else format(r['drafted_per_token'], '.2f'):>15}")
     for name, value in ratios.items():
         print(f"{name}: {value:.3f}")
 
