@@ -430,17 +430,17 @@ class _Generation:
             # fixed before this pass draws: past passes only. With other parallel slots running, the draft length
             # of every slot of this step is the batch's (:mod:`specllama.policy.batch`)
             alone = engine.alone()
+            lacks = max(len(seq) - 1 - len(engine.draft.tokens), 0) if engine.draft is not None else 0
             if alone and self.shared and engine.draft is not None:
                 # alone again: what the draft model lacks is what its catch-up would cost (the shared passes
                 # told the lone policy nothing)
-                self.policy.new_sequence(max(len(seq) - 1 - len(engine.draft.tokens), 0), draft_fed=False)
+                self.policy.new_sequence(lacks, draft_fed=False)
             self.shared = not alone
             if alone or not isinstance(self.policy, AdaptivePolicy):
                 plan = self.policy.choose(k, minimum=self.draft_min)
             else:
                 batch = engine.batch
-                if engine.draft is not None:
-                    batch.behind[engine.seq_id] = max(len(seq) - 1 - len(engine.draft.tokens), 0)
+                batch.behind[engine.seq_id] = lacks
                 behind = sum(batch.behind.get(i, 0) for i in batch.running)
                 plan = Plan(max(batch.policy.choose(k, len(batch.running), batch.step, behind), min(self.draft_min, k)))
             k = plan.k
