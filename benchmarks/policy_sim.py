@@ -115,11 +115,12 @@ def record(**kw):
 
 
 def warm_up_record(**kw):
+    """The warm-up's timings in the tree under test's own type (what that tree's warm-up does not take, left out)."""
     if legacy():
         return types.SimpleNamespace(**kw)
     from specllama.policy import WarmUp
 
-    return WarmUp(**kw)
+    return WarmUp(**{name: value for name, value in kw.items() if name in WarmUp.__dataclass_fields__})
 
 
 # -- machines -------------------------------------------------------------------------------------------------------
@@ -215,7 +216,10 @@ class Process:
             rows = {r: [self.time(machine.verify(r)) * (warm_up or {}).get(r, 1.0) for _ in range(WARM_UP_TIMINGS)]
                     for r in sorted({1, 2, CAP + 1})}
             switched = [t * machine.switch for t in rows[1]] if machine.switch != 1.0 else []
-            self.policy.observe_warm_up(warm_up_record(draft_steps=steps, rows=rows, switch_one_row=switched))
+            # the draft's prefill of a short prompt, per token (its noise drawn apart: the calls' draws stay put)
+            prefill = machine.catch_up_per_token * rng.spawn(1)[0].uniform(1 - noise, 1 + noise)
+            self.policy.observe_warm_up(warm_up_record(draft_steps=steps, rows=rows, switch_one_row=switched,
+                                                       catch_up=[prefill]))
             if agree is not None and self.policy.verdict(CAP) is None:  # the engine checks where drafting may pay
                 self.policy.observe_agreement(int(rng.binomial(WARM_UP_DRAFTED, agree)), WARM_UP_DRAFTED)
 

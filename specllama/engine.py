@@ -53,6 +53,7 @@ log = logging.getLogger("specllama")
 PREFILL_PIECE = 256  # tokens per piece of a prompt loaded without generating (a warm-up can stop between them)
 WARM_UP_CONTEXT = 32  # tokens in the cache while the warm-up times passes (a short prompt's worth)
 SWITCH = "switch"  # the warm-up's key for its 1-row passes right after a pass of another shape
+PREFILL = "prefill"  # the warm-up's key for a model's prefill of WARM_UP_CONTEXT tokens, per token (a draft's catch-up)
 # The warm-up's acceptance check: the draft continues this greedily, and the target checks the
 # WARM_UP_DRAFTED tokens after the first WARM_UP_SKIPPED in one batch (the policy's prior
 # acceptance, :func:`_draft_agreement`). The first words after a prompt are where a pair agrees
@@ -211,8 +212,8 @@ class SpeculativeEngine:
             entry for n in rows[::-1] if n != 1 for entry in ((None, n), (None, n), n)] + [(SWITCH, 1), (None, 1), 1]
         steps, timings = _time_passes([(self.draft if drafts else None, [1, 2]), (self.target, target_rows)],
                                       self.clock)
-        switch = timings.pop(SWITCH, [])
-        self.policy.observe_warm_up(WarmUp(steps.get(1, []), timings, switch, steps.get(2, [])))
+        switch, _ = timings.pop(SWITCH, []), timings.pop(PREFILL, None)
+        self.policy.observe_warm_up(WarmUp(steps.get(1, []), timings, switch, steps.get(2, []), steps.get(PREFILL, [])))
         if steps and self.policy.verdict(cap) is None:
             agreement = _draft_agreement(self.target, self.draft)
             if agreement is not None:
@@ -604,7 +605,8 @@ def _time_passes(kinds, clock: Callable[[], float] = time.perf_counter) -> list[
     where it is None. Taken in turns, one timing of every kind a turn, in the
     order given: a slower stretch of the machine then weighs on every kind
     alike (the policy weighs the kinds against each other), not on one kind's
-    five. The caches are left empty."""
+    five. Under ``PREFILL``, the seconds per token of evaluating those
+    ``WARM_UP_CONTEXT`` tokens first, in one batch. The caches are left empty."""
     setups = []
     for model, entries in kinds:
         rows = [entry if isinstance(entry, tuple) else (entry, entry) for entry in entries]
@@ -615,9 +617,12 @@ def _time_passes(kinds, clock: Callable[[], float] = time.perf_counter) -> list[
     out: list[dict[int, list[float]]] = [{} for _ in kinds]
     timed = [(model, rows, context, token) for model, rows, context, token in setups if context >= 1]
     try:
-        for model, _, context, token in timed:
-            model.rewind(0)
-            model.eval([token] * context, n_logits=0)
+        for i, (model, _, context, token) in enumerate(setups):
+            if context >= 1:
+                model.rewind(0)
+                t0 = clock()
+                model.eval([token] * context, n_logits=0)
+                out[i][PREFILL] = [(clock() - t0) / context]
         for _ in range(WARM_UP_TIMINGS):
             for i, (model, rows, context, token) in enumerate(setups):
                 for key, n in rows if context >= 1 else ():

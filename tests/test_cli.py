@@ -56,7 +56,8 @@ def test_json_says_what_the_draft_lengths_rested_on(tiny_pair):
     assert set(policy) == {"prior_accept", "warm_up_ms", "acceptance_by_position", "cannot_pay_probability",
                            "probes", "drafting_passes", "switch_factor", "verdict"}
     assert len(policy["acceptance_by_position"]) == 8 and policy["switch_factor"] == 1.0  # (no GPU: no switches)
-    assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step", "draft_2_token_step"}
+    assert set(policy["warm_up_ms"]) == {"1_row_pass", "2_row_pass", "9_row_pass", "draft_step", "draft_2_token_step",
+                                         "draft_catch_up_token"}
     assert min(policy["warm_up_ms"].values()) > 0
     assert policy["verdict"].startswith("drafting cannot pay" if policy["cannot_pay_probability"] >= 0.95
                                         else "drafting can pay")

@@ -60,6 +60,7 @@ class MeasuredPolicy:
         self.acceptance = AcceptanceModel()
         self.behind = 0  # tokens the draft model has not evaluated
         self.last_rows = 0  # the last target pass's rows (a change of shape is priced on a GPU)
+        self.run = 0  # passes of that shape in a row (where the engine counts them)
         self.drafting_passes = 0
         self.probes = 0
         self.warm_up_costs: dict[str, float] = {}
@@ -87,7 +88,7 @@ class MeasuredPolicy:
             self.costs.observe_switch(r.rows, r.verify_seconds)
         else:
             self._time(r.rows, r.verify_seconds)
-        self.last_rows = r.rows
+        self.last_rows, self.run = r.rows, r.run if r.run is not None else SETTLED
 
     def _time(self, kind, seconds: float) -> None:
         """A timing of decoding's. The first pass of a shape in a process runs cold (llama.cpp sets up its
@@ -118,10 +119,13 @@ class MeasuredPolicy:
         ones = [t for t in warm.switch_one_row if t > 0]
         for t in ones:
             self.costs.observe_switch(1, t)
+        if warm.catch_up and warm.draft_steps:
+            self.costs.prefill = float(np.median(warm.catch_up) / np.median(warm.draft_steps))
         self.warm_up_costs = {f"{kind}_row_pass" if isinstance(kind, int) else "draft_step": math.exp(float(
             np.median(v))) for kind, v in logs.items()} | (
             {"1_row_pass_after_another_shape": float(np.median(ones))} if ones else {}) | (
-            {"draft_2_token_step": float(np.median(warm.draft_pairs))} if warm.draft_pairs else {})
+            {"draft_2_token_step": float(np.median(warm.draft_pairs))} if warm.draft_pairs else {}) | (
+            {"draft_catch_up_token": float(np.median(warm.catch_up))} if warm.catch_up else {})
 
     def observe_agreement(self, agreed: int, n: int) -> None:
         self.acceptance.observe_agreement(agreed, n)
@@ -209,8 +213,6 @@ class AdaptivePolicy(MeasuredPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.rng = np.random.default_rng(SEED)
-        self.last_k = -1  # the last plan's draft length
-        self.held = 0  # passes the last draft length is still kept (a GPU's new shape, until it settles)
 
     def fork(self, stream: int) -> "AdaptivePolicy":
         """The policy of parallel slot ``stream``: this one's costs and acceptance (one machine, one pair), its own
@@ -224,18 +226,9 @@ class AdaptivePolicy(MeasuredPolicy):
     def choose(self, cap: int, *, minimum: int = 0) -> Plan:
         minimum = min(minimum, cap)
         plan = self._choose(cap, minimum)
-        if plan.k < minimum:
-            plan = Plan(minimum)
-        if plan.k != self.last_k and self.costs.switch_dear():
-            self.held = SETTLED - 1  # a new shape costs more until the third in a row: keep it till then
-        self.last_k = plan.k
-        return plan
+        return plan if plan.k >= minimum else Plan(minimum)
 
     def _choose(self, cap: int, minimum: int) -> Plan:
-        if self.held and minimum <= self.last_k <= cap:
-            self.held -= 1
-            return Plan(self.last_k)
-        self.held = 0
         if cap <= 0:
             return Plan(0)
         means = self.prices(cap)
@@ -277,8 +270,10 @@ class AdaptivePolicy(MeasuredPolicy):
         return self.behind * prices.catch_up if k else 0.0
 
     def _switch(self, k: int, prices: Prices) -> float:
-        """On a GPU, what a new shape's first passes cost more than settled ones (none for the last pass's shape)."""
-        return (SETTLED - 1) * max(prices.switch - 1, 0.0) * prices.verify(k + 1) if k + 1 != self.last_rows else 0.0
+        """On a GPU, what the passes of k's shape cost more until it settles: SETTLED - 1 of them for a new shape,
+        fewer for the last pass's shape (none once settled)."""
+        unsettled = SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0)
+        return max(unsettled, 0) * max(prices.switch - 1, 0.0) * prices.verify(k + 1)
 
     def drafting(self, cap: int) -> bool:
         """Whether drafting pays on the estimates (the draft is fed a prompt then, and caught up later otherwise)."""

@@ -106,6 +106,9 @@ class MachineModel:
     noise: float = PRIOR_SD ** 2  # variance of a timing's residual (log units)
     switch: float = 0.0  # on a GPU: a switch's extra over a settled pass of its rows (log ratio)
     switches: int = 0  # the switch timings behind it (at most NOISE_MEMORY count)
+    # a token of the draft's catch-up, times a draft step, until decoding times a catch-up: the warm-up's prefill of a
+    # short prompt (a step where it timed none: a decode of n tokens costs at most n steps)
+    prefill: float = 1.0
     doubt: float = PRIOR_SD ** 2  # the variance of a warm-up cost's bias against decoding's
     n_judged: int = 1  # the kinds whose bias that rests on (the prior's one included)
     passes: int = 0  # the clock of staleness: the engine's passes
@@ -155,10 +158,6 @@ class MachineModel:
     def known(self, kind) -> bool:
         return kind in self.kinds
 
-    def switch_dear(self) -> bool:
-        """Whether a pass right after another shape costs more (two standard errors above none)."""
-        return self.switches > 1 and self.switch > 2 * math.sqrt(self.noise / self.switches)
-
     def judged(self, kind) -> bool:
         """Whether decoding has timed ``kind`` (not only the warm-up)."""
         return kind in self.kinds and not self.kinds[kind].warm
@@ -195,7 +194,7 @@ class MachineModel:
             rows = {r: math.exp(k.offset)}
         step = cost(STEP)
         first = cost(FIRST) or step
-        return Prices(cost(1), rows, step, first, cost(CATCH_UP) or (step or 0.0) / 10, math.exp(self.switch))
+        return Prices(cost(1), rows, step, first, cost(CATCH_UP) or self.prefill * (step or 0.0), math.exp(self.switch))
 
     def seconds(self, kind) -> float | None:
         """What a timing of ``kind`` costs now (None where it was never timed)."""

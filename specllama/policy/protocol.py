@@ -61,13 +61,16 @@ class PassRecord:
 class WarmUp:
     """Timings taken at load: draft steps, target passes by rows (settled:
     on a GPU the third of their shape in a row), on a GPU 1-row passes
-    right after another shape, and draft decodes of two tokens (what a
-    token adds to a draft decode: the slots' batched draft steps)."""
+    right after another shape, draft decodes of two tokens (what a
+    token adds to a draft decode: the slots' batched draft steps), and the
+    draft's prefill of a short prompt, per token (what a token of its
+    catch-up costs after target-only passes)."""
 
     draft_steps: list[float] = field(default_factory=list)
     rows: dict[int, list[float]] = field(default_factory=dict)
     switch_one_row: list[float] = field(default_factory=list)
     draft_pairs: list[float] = field(default_factory=list)
+    catch_up: list[float] = field(default_factory=list)
 
 
 class DraftPolicy(Protocol):
