@@ -165,8 +165,14 @@ DEMO = Machine(rows=((1, 0.043), (9, 0.043 * 2.7)), draft_step=0.016, catch_up_p
 DEMO_MEASURED = Machine(rows=((1, 0.0287), (2, 0.0459), (3, 0.0504), (4, 0.0545), (5, 0.0579), (6, 0.0611),
                               (7, 0.0689), (8, 0.0723), (9, 0.0754)),
                         draft_step=0.0137, catch_up_per_token=0.00137, draft_two_tokens=0.0155)
+# A token of the draft's catch-up, as a share of a draft step: the warm-up's prefill of 32 tokens against its step
+# (SPECLLAMA_COSTS_FILE=$(mktemp) python -m specllama generate --pair P -p "Once upon a time" -n 48 --json:
+# policy.warm_up_ms, draft_catch_up_token over draft_step), at ec252f6 on a 2-core VM: the demo pair 0.11 (its
+# machines below keep 0.1), demo-chat (SmolLM2) 0.37, demo-coder 0.24
+PREFILL = {"demo": 0.1, "demo-chat": 0.37, "demo-coder": 0.24}
 # Qwen2.5-Coder 1.5B Q4_K_M with its 0.5B draft on 2 cores: drafting cannot pay (0.94x at perfect acceptance)
-CODER = Machine(rows=((1, 0.0267), (2, 0.046), (9, 0.136)), draft_step=0.0145, catch_up_per_token=0.00145,
+CODER = Machine(rows=((1, 0.0267), (2, 0.046), (9, 0.136)), draft_step=0.0145,
+                catch_up_per_token=0.0145 * PREFILL["demo-coder"],
                 draft_two_tokens=0.0145 * 1.23)
 # the demo pair on an H200 as decoding paid it: a drafted token dearer than a target-only one, no k pays
 GPU_DEMO = Machine(rows=((1, 0.00148), (2, 0.0022), (3, 0.0026), (5, 0.0034), (9, 0.0043)), draft_step=0.00175,
@@ -177,7 +183,7 @@ GPU_WARM_UP_DRAFT = 0.61
 FAST_VM = Machine(rows=((1, 0.0394), (2, 0.058), (3, 0.064), (5, 0.072), (7, 0.080), (9, 0.093)),
                   draft_step=0.0174, catch_up_per_token=0.00174, draft_two_tokens=0.0209)
 # the chat pair (SmolLM2) on a 2-core EPYC VM: drafting pays thinly (1.07-1.18x at perfect acceptance)
-CHAT_EPYC = Machine(rows=((1, 0.0215), (9, 0.052)), draft_step=0.0113, catch_up_per_token=0.00113,
+CHAT_EPYC = Machine(rows=((1, 0.0215), (9, 0.052)), draft_step=0.0113, catch_up_per_token=0.0113 * PREFILL["demo-chat"],
                     draft_two_tokens=0.0196)
 
 
@@ -399,10 +405,11 @@ def _set(attr: str, value) -> Callable[[Process], None]:
 TRACES = json.loads((ROOT / "tests" / "data" / "acceptance_traces.json").read_text(encoding="utf-8"))
 
 
-def trace_machine(pair: dict) -> Machine:
+def trace_machine(name: str, pair: dict) -> Machine:
     step = pair["draft_step_seconds"]
     return Machine(rows=tuple((int(n), t) for n, t in sorted(pair["verify_seconds"].items(), key=lambda x: int(x[0]))),
-                   draft_step=step, catch_up_per_token=step / 10, draft_two_tokens=pair["draft_two_token_seconds"])
+                   draft_step=step, catch_up_per_token=step * PREFILL[name],
+                   draft_two_tokens=pair["draft_two_token_seconds"])
 
 
 def traces(kind: str, seed: int, per_trace: int = 8) -> tuple[list[float], list[float]]:
@@ -411,8 +418,8 @@ def traces(kind: str, seed: int, per_trace: int = 8) -> tuple[list[float], list[
     tokens per second over the best fixed k's on noiseless timings; and the A/A control's (that k on noisy ones)."""
     ours, control = [], []
     draw = np.random.default_rng(9 + seed)
-    for pair in TRACES["pairs"].values():
-        m = trace_machine(pair)
+    for name, pair in TRACES["pairs"].items():
+        m = trace_machine(name, pair)
         greedy = pair["traces"]
         for name in greedy:
             if kind == "greedy":

@@ -8,6 +8,7 @@ with the seconds llama_decode took. An empty remembered-costs file, as a first-t
 
     python benchmarks/slots_trace.py                  # demo-chat, temperature 0, 4 rows
     python benchmarks/slots_trace.py --temperature 0.8 --rows 8
+    python benchmarks/slots_trace.py --draft-max 0     # the same requests target-only
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main() -> None:
     p.add_argument("--pair", default="demo-chat")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--rows", type=int, default=4)
+    p.add_argument("--draft-max", type=int, default=8, help="0: target-only, the yardstick of the same requests")
     args = p.parse_args()
     os.environ["SPECLLAMA_COSTS_FILE"] = str(Path(tempfile.mkdtemp()) / "costs.json")
 
@@ -70,7 +72,7 @@ def main() -> None:
     BatchPolicy.choose, AdaptivePolicy.choose, backend.LlamaModel.decode_batch = (traced_batch, traced_lone,
                                                                                   traced_decode)
     lock = threading.Lock()
-    with SpeculativeLlama(pair=args.pair, n_ctx=8192, n_parallel=4) as llm:
+    with SpeculativeLlama(pair=args.pair, n_ctx=8192, n_parallel=4, draft_max=args.draft_max) as llm:
         names[id(llm.engine.target._base)], names[id(llm.engine.draft._base)] = "target", "draft"
         jobs = [(QUESTIONS[i % len(QUESTIONS)], LENGTHS[i % len(LENGTHS)]) for i in range(8)]
         for _ in range(args.rows):
