@@ -51,6 +51,7 @@ SEEDS = 8
 # -- the policy under test ---------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
 def legacy() -> bool:
     """Whether the tree under test predates the policy package (its own files: an editable install of another tree
     could still answer an import of ``specllama.policy``)."""

@@ -247,7 +247,7 @@ class AdaptivePolicy(MeasuredPolicy):
         if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0 and (
                 self._costs_hinge(cap, means, draw)):
             return Plan(0, pad=k)
-        if self._switch(k, draw) and self._rate(k, draw, accept, SETTLED) < self._rate(best, draw, accept, SETTLED):
+        if self._switch(k, draw) and (rates := self._rates(cap, draw, accept, SETTLED))[k] < rates[best]:
             return Plan(best)  # a GPU's new shape, which it would leave again soon: not worth its dearer passes
         return Plan(k)
 
@@ -257,14 +257,20 @@ class AdaptivePolicy(MeasuredPolicy):
         timed = dataclasses.replace(draw, catch_up=means.catch_up)
         return bool(self._best(cap, 0, timed, self.acceptance.means(cap), HORIZON))
 
-    def _rate(self, k: int, prices: Prices, accept: list[float], horizon: float) -> float:
-        """Tokens per second with k drafts, one-off costs (the draft's catch-up, on a GPU a new shape's dearer
-        first passes) spread over ``horizon`` passes."""
-        return expected_tokens(accept, k) / (
-            prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices)) / horizon)
+    def _rates(self, cap: int, prices: Prices, accept: list[float], horizon: float) -> list[float]:
+        """Tokens per second with k = 0..cap drafts (E(k) summed as k grows), one-off costs (the draft's catch-up,
+        on a GPU a new shape's dearer first passes) spread over ``horizon`` passes."""
+        rates, tokens, run = [], 1.0, 1.0
+        for k in range(cap + 1):
+            if k:
+                run *= accept[k - 1]
+                tokens += run
+            rates.append(tokens / (prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices))
+                                   / horizon))
+        return rates
 
     def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
-        return max(range(minimum, cap + 1), key=lambda k: self._rate(k, prices, accept, horizon))
+        return max(range(minimum, cap + 1), key=self._rates(cap, prices, accept, horizon).__getitem__)
 
     def _catch_up(self, k: int, prices: Prices) -> float:
         return self.behind * prices.catch_up if k else 0.0
@@ -272,6 +278,8 @@ class AdaptivePolicy(MeasuredPolicy):
     def _switch(self, k: int, prices: Prices) -> float:
         """On a GPU, what the passes of k's shape cost more until it settles: SETTLED - 1 of them for a new shape,
         fewer for the last pass's shape (none once settled)."""
+        if prices.switch <= 1:
+            return 0.0
         unsettled = SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0)
         return max(unsettled, 0) * max(prices.switch - 1, 0.0) * prices.verify(k + 1)
 

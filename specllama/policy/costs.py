@@ -90,11 +90,10 @@ def curve(values: dict[int, float], weights: dict[int, float], rows: range, scal
     for r, v in values.items():
         w[r - low], y[r - low] = weights[r], v
     precision = np.diag(w) + ROW_SMOOTHING * _roughness(size)
-    root = np.linalg.cholesky(precision)  # P = L L': a draw is mean + sqrt(scale) L'^-1 z (its covariance P^-1)
-    mean = np.linalg.solve(root.T, np.linalg.solve(root, w * y))
-    if rng is not None and scale > 0:
-        mean = mean + math.sqrt(scale) * np.linalg.solve(root.T, rng.standard_normal(size))
-    return {low + i: float(v) for i, v in enumerate(mean)}
+    mean = np.linalg.solve(precision, w * y)
+    if rng is not None and scale > 0:  # P = L L': a draw is mean + sqrt(scale) L'^-1 z (its covariance P^-1)
+        mean = mean + math.sqrt(scale) * np.linalg.solve(np.linalg.cholesky(precision).T, rng.standard_normal(size))
+    return dict(zip(rows, mean.tolist()))
 
 
 @dataclass
@@ -186,7 +185,7 @@ class MachineModel:
             span = range(2, max(cap + 1, max(multi)) + 1)
             values = {r: math.exp(k.offset) for r, k in multi.items()}
             # a timing's variance in seconds (relative to the level) and each count's timings, staleness counted
-            typical = float(np.mean(list(values.values())))
+            typical = sum(values.values()) / len(values)
             weights = {r: self.noise / self.uncertainty(r, spread) for r in multi}
             rows = curve(values, weights, span, self.noise * typical ** 2, draw)
         elif multi:
