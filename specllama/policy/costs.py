@@ -12,10 +12,12 @@ that is not being timed (the 1-row pass, while the policy drafts) still
 follows the machine; decisions read the offsets, which are ratios between
 kinds, and a busier machine leaves the drafting-versus-target-only
 comparison alone. A residual beyond ``OUTLIER`` (a cold pass, a moment of
-another process) counts as that much and no more. An offset's uncertainty is
-the noise over its timings, plus ``STALE`` for every pass since it was last
-timed: a cost not timed for long is doubted, and the choice
-(:mod:`.adaptive`) then times it again where it matters.
+another process) counts as that much and no more. An offset drifts too: its
+uncertainty is the noise over its timings, plus a timing's noise over
+``NOISE_MEMORY`` squared for every pass since it was last timed, so a kind
+timed every pass follows about its last ``NOISE_MEMORY`` timings, as the
+estimate of the noise does; a cost not timed for long is doubted, and the
+choice (:mod:`.adaptive`) then times it again where it matters.
 
 Target passes of two rows or more share a smoothness prior: their offsets
 lie on one curve (a Whittaker smoother, ``ROW_SMOOTHING``) through every
@@ -40,10 +42,6 @@ import numpy as np
 # followed within ~1 / LEVEL_GAIN timings, while a lone timing moves every kind's cost by only this share of its
 # surprise
 LEVEL_GAIN = 0.2
-# the variance (log units) a kind's offset gains per pass it is not timed: its cost then follows fewer timings of its
-# own (about sqrt(noise / STALE) of them where it is timed every pass), and a cost not timed for long is doubted and
-# timed again where the choice hinges on it
-STALE = 1e-5
 # the log sd assumed, before timings show their own, of a timing's noise and of the warm-up's bias against decoding
 # (the warm-up times the models alone, not the sampling, nor a GPU's other shapes around a pass): larger trusts the
 # warm-up's costs less, so decoding times them sooner; a warm kind's doubt becomes how far decoding found the
@@ -51,7 +49,9 @@ STALE = 1e-5
 PRIOR_SD = 0.05
 # a timing this far (log ratio) from its kind's expected cost counts as this far: a cold pass, a busy moment
 OUTLIER = math.log(2.0)
-NOISE_MEMORY = 32  # timings the estimate of their noise follows: longer estimates it finer, follows a busy spell slower
+# timings the estimates of a timing's noise and of a kind's offset follow (an offset gains noise / NOISE_MEMORY^2 of
+# variance a pass): longer estimates them finer, and follows a busy spell or a drifting kind slower
+NOISE_MEMORY = 32
 # the row curve's stiffness: its squared second differences weigh this many timings each (stiffer smooths the
 # noise of neighbouring row counts more, and follows a real kink in the curve less)
 ROW_SMOOTHING = 30.0
@@ -165,7 +165,8 @@ class MachineModel:
         """The variance of ``kind``'s offset (times ``spread`` squared): what its timings left, its staleness, and
         the warm-up's doubt."""
         k = self.kinds[kind]
-        return spread ** 2 * (k.var + STALE * (self.passes - k.at)) + (self.doubt if k.warm else 0.0)
+        drift = self.noise / NOISE_MEMORY ** 2 * (self.passes - k.at)
+        return spread ** 2 * (k.var + drift) + (self.doubt if k.warm else 0.0)
 
     def prices(self, cap: int, rng: np.random.Generator | None = None, spread: float = 1.0) -> "Prices":
         """The costs of every pass up to ``cap`` drafts, relative to the level: the estimates, or (``rng``) one
