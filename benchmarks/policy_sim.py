@@ -11,6 +11,7 @@ draft length pays. The tests import the scenarios and assert their goals.
     python benchmarks/policy_sim.py                       # every scenario, 8 seeds
     python benchmarks/policy_sim.py --against 901f476     # and that revision's policy, side by side
     python benchmarks/policy_sim.py --only gpu --seeds 2
+    python benchmarks/policy_sim.py --choice-cost --against 3eb9c8c~1   # microseconds a pass of the policy
 
 ``--against REV`` checks REV out in a temporary ``git worktree`` and runs this
 same simulator on that revision's policy (a policy from before the
@@ -22,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -519,6 +523,25 @@ def scenarios() -> dict[str, Callable[[int], float]]:
     return out
 
 
+def choice_cost(passes: int = 3000, repeats: int = 5) -> float:
+    """Microseconds a pass of the policy under test takes to choose and to learn from the pass (choose, then
+    observe), on DEMO_MEASURED at acceptance 0.8 after its warm-up: the best of ``repeats`` fresh policies."""
+    best = math.inf
+    for repeat in range(repeats):
+        proc = Process(DEMO_MEASURED, np.random.default_rng(repeat), agree=0.8)
+        p, m, rng = proc.policy, proc.m, proc.rng
+        timings = [(proc.time(m.draft_step), proc.time(m.verify(k + 1)), int(rng.binomial(k, 0.8)))
+                   for k in range(CAP + 1) for _ in range(passes // CAP + 1)]
+        start = time.perf_counter()
+        for i in range(passes):
+            k = p.choose(CAP).k
+            step, verify, kept = timings[k * (passes // CAP + 1) + i % (passes // CAP + 1)]
+            p.observe(record(n_drafted=k, n_accepted=min(kept, k), draft_seconds=step * k, verify_seconds=verify,
+                             rows=k + 1, first_step=step if k else None))
+        best = min(best, (time.perf_counter() - start) / passes * 1e6)
+    return best
+
+
 def goal(name: str) -> float:
     """The least a scenario's figure should read (the goals of issues 18 and 47): at least 0.97 of the best fixed k
     (or of target-only where no k pays), except where the machine or the text makes that impossible for any policy
@@ -546,20 +569,26 @@ def table(names: list[str], seeds: int, workers: int | None = None) -> dict[str,
     return out
 
 
-def against(rev: str, names: list[str], seeds: int) -> dict[str, list[float]]:
-    """The same table for revision ``rev``'s policy: this simulator run with ``rev`` checked out in a temporary
-    git worktree ahead on the path."""
+@contextlib.contextmanager
+def worktree(rev: str):
+    """Revision ``rev`` checked out in a temporary git worktree (its path), removed after."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=ROOT, check=True)
         try:
-            out = subprocess.run([sys.executable, __file__, "--json", "--seeds", str(seeds), "--only", ",".join(names)],
-                                 cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(tree)), capture_output=True, text=True)
-            if out.returncode:
-                sys.exit(f"--against {rev}: {out.stderr.strip()[-2000:]}")
-            return json.loads(out.stdout)
+            yield tree
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
+
+
+def against(rev: str, args: list[str]) -> str:
+    """This simulator's output with ``args`` for revision ``rev``'s policy (``rev`` ahead on the path)."""
+    with worktree(rev) as tree:
+        out = subprocess.run([sys.executable, __file__, *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(tree)),
+                             capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"--against {rev}: {out.stderr.strip()[-2000:]}")
+    return out.stdout
 
 
 def main() -> None:
@@ -568,7 +597,14 @@ def main() -> None:
     ap.add_argument("--only", default="", help="scenarios whose name contains one of these words (comma-separated)")
     ap.add_argument("--against", metavar="REV", help="also that revision's policy, side by side")
     ap.add_argument("--json", action="store_true", help="print {scenario: [figure per seed]}")
+    ap.add_argument("--choice-cost", action="store_true",
+                    help="print instead the microseconds of a pass's choice and what it learns (--against: REV's too)")
     args = ap.parse_args()
+    if args.choice_cost:
+        print(f"choose and observe, a pass: {choice_cost():.0f} us")
+        if args.against:
+            print(f"{args.against}: " + against(args.against, ["--choice-cost"]).strip())
+        return
     words = [w for w in args.only.split(",") if w]
     names = [n for n in scenarios() if not words or any(w in n for w in words)]
     if not names:
@@ -577,7 +613,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(ours))
         return
-    theirs = against(args.against, names, args.seeds) if args.against else {}
+    theirs = json.loads(against(args.against, ["--json", "--seeds", str(args.seeds), "--only", ",".join(names)])
+                        ) if args.against else {}
     head = f"{'scenario':44} {'goal':>6} {'this tree':>18}"
     head += f" {args.against:>18} {'difference':>10}" if theirs else ""
     print(head)
