@@ -11,7 +11,7 @@ draft length pays. The tests import the scenarios and assert their goals.
     python benchmarks/policy_sim.py                       # every scenario, 8 seeds
     python benchmarks/policy_sim.py --against 901f476     # and that revision's policy, side by side
     python benchmarks/policy_sim.py --only gpu --seeds 2
-    python benchmarks/policy_sim.py --choice-cost --against 3eb9c8c~1   # microseconds a pass of the policy
+    python benchmarks/policy_sim.py --choice-cost --against da6ba3c     # microseconds a pass of the policy
 
 ``--against REV`` checks REV out in a temporary ``git worktree`` and runs this
 same simulator on that revision's policy (a policy from before the
