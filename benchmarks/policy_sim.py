@@ -510,16 +510,20 @@ def scenarios() -> dict[str, Callable[[int], float]]:
             out[f"gpu graphs {switch}x {accept}"] = lambda s, a=accept, w=switch: against_target_only(
                 gpu_graphs(w), a, 2 + s, warm_up=GPU_WARM_UP, warm_up_draft=GPU_WARM_UP_DRAFT).figure
             out[f"gpu pays {switch}x {accept}"] = lambda s, a=accept, w=switch: fresh(gpu_pays(w), a, 2 + s).figure
-    out["late start median"] = lambda s: _quantiles(late_start(s))[0]
-    out["late start p10"] = lambda s: _quantiles(late_start(s))[1]
-    out["chat thin margin median"] = lambda s: _quantiles(thin_margin(s)[0])[0]
-    out["chat thin margin p10"] = lambda s: _quantiles(thin_margin(s)[0])[1]
-    out["chat busy warm-up median"] = lambda s: _quantiles(thin_margin(s, CHAT_BUSY_WARM_UP)[0])[0]
-    out["chat busy warm-up p10"] = lambda s: _quantiles(thin_margin(s, CHAT_BUSY_WARM_UP)[0])[1]
+    # a median and a p10 read the same processes: each computed once per seed (see table)
+    once = functools.lru_cache(maxsize=None)
+    late, margin, busy, trace = once(late_start), once(thin_margin), once(
+        lambda s: thin_margin(s, CHAT_BUSY_WARM_UP)), once(traces)
+    out["late start median"] = lambda s: _quantiles(late(s))[0]
+    out["late start p10"] = lambda s: _quantiles(late(s))[1]
+    out["chat thin margin median"] = lambda s: _quantiles(margin(s)[0])[0]
+    out["chat thin margin p10"] = lambda s: _quantiles(margin(s)[0])[1]
+    out["chat busy warm-up median"] = lambda s: _quantiles(busy(s)[0])[0]
+    out["chat busy warm-up p10"] = lambda s: _quantiles(busy(s)[0])[1]
     for kind in ("greedy", "sampled"):
-        out[f"traces {kind} median"] = lambda s, k=kind: _quantiles(traces(k, s)[0])[0]
+        out[f"traces {kind} median"] = lambda s, k=kind: _quantiles(trace(k, s)[0])[0]
         out[f"traces {kind} p10 - A/A p10"] = lambda s, k=kind: (
-            _quantiles(traces(k, s)[0])[1] - _quantiles(traces(k, s)[1])[1])
+            _quantiles(trace(k, s)[0])[1] - _quantiles(trace(k, s)[1])[1])
     return out
 
 
@@ -553,19 +557,25 @@ def goal(name: str) -> float:
     return next((bound for words, bound in rules if words in name), 0.97)
 
 
-def _figure(job: tuple[str, int]) -> float:
-    name, seed = job
-    return scenarios()[name](seed)
+def _figures(job: tuple[tuple[str, ...], int]) -> list[float]:
+    names, seed = job
+    every = scenarios()
+    return [every[name](seed) for name in names]
 
 
 def table(names: list[str], seeds: int, workers: int | None = None) -> dict[str, list[float]]:
-    """Scenario -> its figure at each seed (computed in ``workers`` processes: default one per core)."""
-    jobs = [(name, s) for name in names for s in range(seeds)]
+    """Scenario -> its figure at each seed (computed in ``workers`` processes: default one per core; a scenario's
+    median and p10 in one, so that their processes run once)."""
+    families: dict[str, list[str]] = {}
+    for name in names:
+        families.setdefault(name.rsplit(" median", 1)[0].rsplit(" p10", 1)[0], []).append(name)
+    jobs = [(tuple(family), s) for family in families.values() for s in range(seeds)]
     with concurrent.futures.ProcessPoolExecutor(workers or os.cpu_count()) as pool:
-        figures = list(pool.map(_figure, jobs, chunksize=1))
+        figures = list(pool.map(_figures, jobs, chunksize=1))
     out: dict[str, list[float]] = {name: [] for name in names}
-    for (name, _), figure in zip(jobs, figures):
-        out[name].append(figure)
+    for (family, _), values in zip(jobs, figures):
+        for name, figure in zip(family, values):
+            out[name].append(figure)
     return out
 
 
