@@ -615,14 +615,13 @@ def _time_passes(kinds, clock: Callable[[], float] = time.perf_counter) -> list[
             context = min(WARM_UP_CONTEXT, model.n_ctx - max(n for _, n in rows), model.n_batch)
         setups.append((model, rows, context, max(getattr(model, "bos", 0), 0)))
     out: list[dict[int, list[float]]] = [{} for _ in kinds]
-    timed = [(model, rows, context, token) for model, rows, context, token in setups if context >= 1]
+    timed = [(i, model, context, token) for i, (model, _, context, token) in enumerate(setups) if context >= 1]
     try:
-        for i, (model, _, context, token) in enumerate(setups):
-            if context >= 1:
-                model.rewind(0)
-                t0 = clock()
-                model.eval([token] * context, n_logits=0)
-                out[i][PREFILL] = [(clock() - t0) / context]
+        for i, model, context, token in timed:
+            model.rewind(0)
+            t0 = clock()
+            model.eval([token] * context, n_logits=0)
+            out[i][PREFILL] = [(clock() - t0) / context]
         for _ in range(WARM_UP_TIMINGS):
             for i, (model, rows, context, token) in enumerate(setups):
                 for key, n in rows if context >= 1 else ():
@@ -632,7 +631,7 @@ def _time_passes(kinds, clock: Callable[[], float] = time.perf_counter) -> list[
                     if key is not None:
                         out[i].setdefault(key, []).append(clock() - t0)
     finally:
-        for model, *_ in timed:
+        for _, model, *_ in timed:
             model.rewind(0)
     return out
 

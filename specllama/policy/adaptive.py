@@ -281,7 +281,7 @@ class AdaptivePolicy(MeasuredPolicy):
         if prices.switch <= 1:
             return 0.0
         unsettled = SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0)
-        return max(unsettled, 0) * max(prices.switch - 1, 0.0) * prices.verify(k + 1)
+        return max(unsettled, 0) * (prices.switch - 1) * prices.verify(k + 1)
 
     def drafting(self, cap: int) -> bool:
         """Whether drafting pays on the estimates (the draft is fed a prompt then, and caught up later otherwise)."""
