@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import json
 import math
 import os
@@ -62,6 +63,16 @@ def legacy() -> bool:
     import specllama
 
     return not (Path(specllama.__file__).parent / "policy").is_dir()
+
+
+@functools.lru_cache(maxsize=None)
+def told_behind() -> bool:
+    """Whether the tree under test's policy is told at each choice what the draft model lacks and how many tokens
+    the generation has left (before 2026-12-06's second stop, it counted the first itself from ``new_sequence`` and
+    the passes, and was not told the second)."""
+    from specllama.policy import AdaptivePolicy
+
+    return "remaining" in inspect.signature(AdaptivePolicy.choose).parameters
 
 
 def new_policy():
@@ -270,7 +281,10 @@ class Process:
         fed = bool(self.fixed) if p is None else p.drafting(CAP)  # (target-only never feeds the draft)
         self.lag = 0 if fed else PROMPT
         seconds = self.time(m.catch_up_per_token * PROMPT) if fed else 0.0
-        if p is not None:
+        modern = p is not None and not legacy() and told_behind()
+        if modern:
+            p.new_sequence()
+        elif p is not None:
             p.new_sequence(PROMPT, draft_fed=fed)
         self.rows = self.run = 0
         counted = m.switch != 1.0  # the engine counts passes in a row where the target is offloaded
@@ -279,7 +293,8 @@ class Process:
             cap = min(CAP, n_tokens - tokens - 1)
             if self.busy is not None:
                 self.scale = self.busy(self.passes)
-            plan = Plan(min(self.fixed, cap)) if p is None else p.choose(cap)
+            told = {"behind": self.lag, "remaining": n_tokens - tokens} if modern else {}
+            plan = Plan(min(self.fixed, cap)) if p is None else p.choose(cap, **told)
             k = min(plan.k, cap)
             self.passes += 1
             run = None

@@ -48,8 +48,8 @@ def traced_generate(argv: list[str]) -> dict:
     def ms(seconds):
         return None if seconds is None else round(1000 * seconds, 2)
 
-    def traced_choose(self, cap, *, minimum=0):
-        plan = choose(self, cap, minimum=minimum)
+    def traced_choose(self, cap, **told):
+        plan = choose(self, cap, **told)
         if cap > 0:
             record.append({"cap": cap, "k": plan.k, "pad": plan.pad, "cannot_pay": round(self.cannot_pay(cap), 3),
                            "acceptance": [round(a, 3) for a in self.acceptance.means(cap)],

@@ -53,8 +53,8 @@ def main() -> None:
             counts["batch steps drafting"] += bool(k)
         return k
 
-    def traced_lone(self, cap, *, minimum=0):
-        plan = lone_choose(self, cap, minimum=minimum)
+    def traced_lone(self, cap, **told):
+        plan = lone_choose(self, cap, **told)
         counts["lone passes"] += 1
         counts["lone passes drafting"] += bool(plan.k)
         return plan

@@ -156,6 +156,7 @@ class SpeculativeEngine:
         self.cost_key: str | None = None
         self._noticed = False  # the "drafting cannot pay" notice was given (once per loaded pair)
         self._draft_synced = True  # the draft model holds a prefix of the sequence being decoded
+        self._draft_held = 0  # where it does not (not fed the prompt), how much of the prompt it holds
         #: llama-server's --cache-reuse: cached runs of at least this many tokens that a new prompt
         #: holds further on are shifted into place in both caches instead of evaluated (0: off)
         self.cache_reuse = 0
@@ -277,6 +278,16 @@ class SpeculativeEngine:
         if draft and self.drafter is not None:
             self.drafter.prefill(target_tokens, self.cache_reuse)
 
+    def draft_lacks(self, seq: Sequence[int]) -> int:
+        """The tokens of ``seq`` (but its last) that drafting now would first catch up in the draft model: none
+        without one, nor the one a first draft step evaluates (the last draft of a pass that kept them all)."""
+        if self.draft is None:
+            return 0
+        if self._draft_synced:
+            lacking = len(seq) - 1 - len(self.draft.tokens)
+            return lacking if lacking > 1 else 0
+        return max(len(seq) - 1 - min(self._draft_held, len(self.draft.tokens)), 0)
+
     def feeds_draft(self, draft_max: int, adaptive: bool) -> bool:
         """Whether a generation feeds the draft model its prompt: it drafts,
         (adaptive) the policy is drafting, and no other parallel slot runs.
@@ -343,7 +354,9 @@ class SpeculativeEngine:
             yield Step([], 0, 0, 0.0, 0.0, "length")
             return
         self._draft_synced = feed
-        policy.new_sequence(len(seq) - 1, draft_fed=feed)
+        # what the unfed draft holds of the prompt (unchanged until it catches up, but for a trim)
+        self._draft_held = common_prefix_len(self.draft.tokens, seq) if self.draft is not None and not feed else 0
+        policy.new_sequence()
         if adaptive and draft_max > 0:
             self._notice(draft_max)
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
@@ -390,7 +403,6 @@ class _Generation:
         # has exactly the token-wise rule's law, so the cheaper lazy walk serves.
         self.one_hot_drafts = params.greedy or isinstance(engine.drafter, PromptLookupDrafter)
         self.n_emitted = 0
-        self.shared = False  # the last pass was planned with other parallel slots running
 
     def step(self) -> Step:
         plan = self._plan()
@@ -412,6 +424,11 @@ class _Generation:
             k = min(k, self.max_tokens - self.n_emitted - 1)
         return max(k, 0)
 
+    def _left(self) -> int:
+        """The most tokens this generation may still emit: its ``max_tokens``, the target's context."""
+        left = self.engine.target.n_ctx - len(self.seq) + 1
+        return left if self.max_tokens is None else min(left, self.max_tokens - self.n_emitted)
+
     def _plan(self) -> "_Pass | Step":
         """The pass's plan, or a closing Step (a full context; a complete grammar: no other target pass)."""
         engine, seq = self.engine, self.seq
@@ -430,15 +447,9 @@ class _Generation:
         if not forced:
             # fixed before this pass draws: past passes only. With other parallel slots running, the draft length
             # of every slot of this step is the batch's (:mod:`specllama.policy.batch`)
-            alone = engine.alone()
-            lacks = max(len(seq) - 1 - len(engine.draft.tokens), 0) if engine.draft is not None else 0
-            if alone and self.shared and engine.draft is not None:
-                # alone again: what the draft model lacks is what its catch-up would cost (the shared passes
-                # told the lone policy nothing)
-                self.policy.new_sequence(lacks, draft_fed=False)
-            self.shared = not alone
+            alone, lacks = engine.alone(), engine.draft_lacks(seq)
             if alone or not isinstance(self.policy, AdaptivePolicy):
-                plan = self.policy.choose(k, minimum=self.draft_min)
+                plan = self.policy.choose(k, minimum=self.draft_min, behind=lacks, remaining=self._left())
             else:
                 batch = engine.batch
                 batch.behind[engine.seq_id] = lacks

@@ -97,8 +97,8 @@ class CheapDraftPolicy(AdaptivePolicy):
         super().__init__()
         self.choices: list[tuple[int, int]] = []
 
-    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
-        plan = super().choose(cap, minimum=minimum)
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
+        plan = super().choose(cap, minimum=minimum, behind=behind, remaining=remaining)
         self.choices.append((cap, plan.k))
         return plan
 
@@ -121,7 +121,7 @@ class PastDependentPolicy(MeasuredPolicy):
         super().__init__()
         self.last_accepted = 2
 
-    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
         return Plan(min(cap, self.last_accepted + 1 if self.last_accepted else 0) if cap else 0)
 
     def drafting(self, cap: int) -> bool:
@@ -130,6 +130,22 @@ class PastDependentPolicy(MeasuredPolicy):
     def observe(self, r: PassRecord) -> None:
         super().observe(r)
         self.last_accepted = r.n_accepted if r.n_drafted else 2
+
+
+class LaggingPolicy(MeasuredPolicy):
+    """Target-only for three passes, the draft model not fed the prompt, then two drafts a pass; keeps what the
+    engine told each choice the draft model lacks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[int] = []
+
+    def drafting(self, cap: int) -> bool:
+        return False
+
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
+        self.told.append(behind)
+        return Plan(0 if len(self.told) <= 3 else min(2, cap))
 
 
 POLICIES = {"fixed": None, "adaptive": CheapDraftPolicy, "past-dependent": PastDependentPolicy}
@@ -159,6 +175,17 @@ def test_greedy_speculative_equals_target_only(engine, k, policy):
     assert spec.stats.n_target_passes < 64
     if policy == "adaptive" and k >= 2:
         assert len(engine.policy.ks_at_full_cap()) > 1  # the length did adapt
+
+
+def test_each_choice_is_told_what_the_draft_model_lacks(engine):
+    """What a catch-up would cost is read off the draft model's cache at each choice, not counted by the policy:
+    the prompt less its last token, one more after each target-only pass, none once a pass drafted."""
+    engine.policy = LaggingPolicy()
+    result = generate(engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=16)
+    n = result.stats.n_prompt_tokens
+    told = engine.policy.told
+    assert told[:5] == [n - 1, n, n + 1, n + 2, 0] and set(told[4:]) == {0}
+    assert result.stats.n_drafted > 0
 
 
 class CountingCheapDraftPolicy(CheapDraftPolicy):

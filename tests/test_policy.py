@@ -244,15 +244,30 @@ def test_a_probe_replaces_an_exploration_whose_catch_up_is_dear():
     p = AdaptivePolicy()
     warm(p, step=0.7 * ONE)  # drafting breaks even at perfect acceptance, before a catch-up of 300 tokens
     p.seed({"tried": [400.0] * 8, "accepted": [396.0] * 8})
-    p.new_sequence(300, draft_fed=False)
     plans = []
-    for _ in range(600):
-        plans.append(p.choose(8))
+    for i in range(600):
+        plans.append(p.choose(8, behind=300 + i))  # every pass target-only: the draft falls one more behind
         p.observe(target_pass() if not plans[-1].pad else PassRecord(
             n_drafted=0, n_accepted=0, draft_seconds=0.0, verify_seconds=verify(1 + plans[-1].pad),
             rows=1 + plans[-1].pad, probe_step=0.7 * ONE))
     assert all(plan.k == 0 for plan in plans)  # never a catch-up of hundreds of tokens for a draw
     assert 1 <= sum(plan.pad > 0 for plan in plans) <= 60
+
+
+def test_a_catch_up_is_spread_over_no_more_passes_than_the_generation_has_left():
+    """The draft 400 tokens behind (a catch-up of 640 ms on the demo machine), acceptance 0.99 on a long record:
+    with the generation's end far off, the catch-up spread over HORIZON passes, drafting pays and the policy
+    drafts; with 20 tokens left (about 2 passes of 8 drafts) it cannot repay the catch-up, and every pass is
+    target-only (a parallel slot left alone near the end of its request)."""
+    plans = {}
+    for remaining in (None, 1000, 20):
+        p = AdaptivePolicy()
+        warm(p)
+        p.seed({"tried": [400.0] * 8, "accepted": [396.0] * 8})
+        p.observe(target_pass())  # (decoding's first 1-row pass, every choice's yardstick)
+        plans[remaining] = [p.choose(8, behind=400, remaining=remaining) for _ in range(100)]
+    assert sum(plan.k > 0 for plan in plans[None]) >= 90 and plans[1000] == plans[None]
+    assert all(plan.k == 0 for plan in plans[20])
 
 
 def test_on_a_gpu_a_shape_s_unsettled_passes_are_priced_where_it_stays_and_where_it_goes():

@@ -58,7 +58,6 @@ class MeasuredPolicy:
     def __init__(self) -> None:
         self.costs = MachineModel()
         self.acceptance = AcceptanceModel()
-        self.behind = 0  # tokens the draft model has not evaluated
         self.last_rows = 0  # the last target pass's rows (a change of shape is priced on a GPU)
         self.run = 0  # passes of that shape in a row (where the engine counts them)
         self.drafting_passes = 0
@@ -78,9 +77,6 @@ class MeasuredPolicy:
             self._time(FIRST, first)
             if r.n_drafted > 1:
                 self._time(STEP, (r.draft_seconds - first) / (r.n_drafted - 1))
-            self.behind = 0
-        elif not r.n_drafted:
-            self.behind += 1
         if r.probe_step is not None:
             self._time(STEP, r.probe_step)
             self.probes += 1
@@ -130,8 +126,7 @@ class MeasuredPolicy:
     def observe_agreement(self, agreed: int, n: int) -> None:
         self.acceptance.observe_agreement(agreed, n)
 
-    def new_sequence(self, n_prompt: int, *, draft_fed: bool) -> None:
-        self.behind = 0 if draft_fed else n_prompt
+    def new_sequence(self) -> None:
         self.last_rows = 0  # the prompt's passes came between
 
     # -- what it gives -------------------------------------------------------------
@@ -213,6 +208,8 @@ class AdaptivePolicy(MeasuredPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.rng = np.random.default_rng(SEED)
+        # as the engine told the last choice: the tokens the draft model lacks, and those the generation may still emit
+        self.behind, self.remaining = 0, None
 
     def fork(self, stream: int) -> "AdaptivePolicy":
         """The policy of parallel slot ``stream``: this one's costs and acceptance (one machine, one pair), its own
@@ -223,8 +220,8 @@ class AdaptivePolicy(MeasuredPolicy):
         other.rng = np.random.default_rng([SEED, stream + 1])
         return other
 
-    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
-        minimum = min(minimum, cap)
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
+        minimum, self.behind, self.remaining = min(minimum, cap), behind, remaining
         plan = self._choose(cap, minimum)
         return plan if plan.k >= minimum else Plan(minimum)
 
@@ -259,14 +256,16 @@ class AdaptivePolicy(MeasuredPolicy):
 
     def _rates(self, cap: int, prices: Prices, accept: list[float], horizon: float) -> list[float]:
         """Tokens per second with k = 0..cap drafts (E(k) summed as k grows), one-off costs (the draft's catch-up,
-        on a GPU a new shape's dearer first passes) spread over ``horizon`` passes."""
+        on a GPU a new shape's dearer first passes) spread over ``horizon`` passes, or over the passes the generation
+        has left where fewer (the tokens it may still emit over E(k))."""
         rates, tokens, run = [], 1.0, 1.0
         for k in range(cap + 1):
             if k:
                 run *= accept[k - 1]
                 tokens += run
+            spread = max(1 / horizon, tokens / self.remaining) if self.remaining else 1 / horizon
             rates.append(tokens / (prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices))
-                                   / horizon))
+                                   * spread))
         return rates
 
     def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
@@ -300,7 +299,7 @@ class FixedPolicy:
         self.k = k
         self.measured = measured if measured is not None else MeasuredPolicy()
 
-    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
         return Plan(max(min(self.k, cap), 0))
 
     def drafting(self, cap: int) -> bool:

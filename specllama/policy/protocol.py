@@ -76,8 +76,10 @@ class WarmUp:
 class DraftPolicy(Protocol):
     """How many tokens to draft in each pass (see the module doc)."""
 
-    def choose(self, cap: int, *, minimum: int = 0) -> Plan:
-        """The next pass's plan, ``minimum`` <= k <= ``cap`` (a cap below the minimum wins)."""
+    def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
+        """The next pass's plan, ``minimum`` <= k <= ``cap`` (a cap below the minimum wins); the draft model lacks
+        ``behind`` tokens of the sequence (drafting first catches them up), and the generation may emit at most
+        ``remaining`` more (None: no bound known)."""
 
     def observe(self, record: PassRecord) -> None:
         """Learn from one finished pass."""
@@ -91,8 +93,8 @@ class DraftPolicy(Protocol):
     def observe_agreement(self, agreed: int, n: int) -> None:
         """The warm-up's check: ``agreed`` of ``n`` greedy draft tokens were the target's greedy choice too."""
 
-    def new_sequence(self, n_prompt: int, *, draft_fed: bool) -> None:
-        """A generation starts after ``n_prompt`` tokens, which the draft model was fed or not."""
+    def new_sequence(self) -> None:
+        """A generation starts (its prompt's passes came between)."""
 
     def drafting(self, cap: int) -> bool:
         """Whether the next passes are likely to draft (the draft is fed the prompt only then)."""
