@@ -229,6 +229,7 @@ class Process:
         self.lag = 0
         self.kept_all = False
         self.passes = self.drafting_passes = 0
+        self.whole = self.whole_drafting = 0  # passes with room for a whole draft (cap = CAP), and those that drafted
         self.scale = 1.0  # every cost times this
         self.busy: Callable[[int], float] | None = None  # or pass -> every cost's factor then
         self.one_row_busy: Callable[[int], float] | None = None  # or pass -> a 1-row pass's factor then
@@ -297,6 +298,9 @@ class Process:
             plan = Plan(min(self.fixed, cap)) if p is None else p.choose(cap, **told)
             k = min(plan.k, cap)
             self.passes += 1
+            if cap == CAP:
+                self.whole += 1
+                self.whole_drafting += k > 0
             run = None
             if k == 0:
                 rows = 1 + plan.pad
@@ -359,7 +363,8 @@ def best_fixed(machine: Machine, accept, seed: int, calls: int = RUNS) -> tuple[
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a scenario read: its figure (higher is better), and the share of passes that drafted."""
+    """What a scenario read: its figure (higher is better), and the share of passes that drafted, of those with room
+    for a whole draft (a call's last CAP tokens leave less, and there a shape's one-off costs have few passes left)."""
 
     figure: float
     drafting: float
@@ -377,7 +382,7 @@ def fresh(machine: Machine, accept, seed: int, *, warm_up=None, warm_up_draft: f
 
 
 def _drafting(procs) -> float:
-    return sum(p.drafting_passes for p in procs) / sum(p.passes for p in procs)
+    return sum(p.whole_drafting for p in procs) / sum(p.whole for p in procs)
 
 
 def long_lived(accept: float, early: int, seed: int, *, scales=(1.0, 1.0), kept_from: int = 2,
