@@ -278,15 +278,22 @@ class SpeculativeEngine:
         if draft and self.drafter is not None:
             self.drafter.prefill(target_tokens, self.cache_reuse)
 
+    def _draft_model(self):
+        """The model that drafts, where one does (the one a catch-up evaluates on)."""
+        return self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
+
     def draft_lacks(self, seq: Sequence[int]) -> int:
         """The tokens of ``seq`` (but its last) that drafting now would first catch up in the draft model: none
-        without one, nor the one a first draft step evaluates (the last draft of a pass that kept them all)."""
-        if self.draft is None:
+        without one, nor the one a first draft step evaluates (the last draft of a pass that kept them all). Where
+        the draft was not fed the prompt, all it does not hold of the prompt (an upper bound: ``cache_reuse`` may
+        shift some into place instead)."""
+        model = self._draft_model()
+        if model is None:
             return 0
         if self._draft_synced:
-            lacking = len(seq) - 1 - len(self.draft.tokens)
+            lacking = len(seq) - 1 - len(model.tokens)
             return lacking if lacking > 1 else 0
-        return max(len(seq) - 1 - min(self._draft_held, len(self.draft.tokens)), 0)
+        return max(len(seq) - 1 - min(self._draft_held, len(model.tokens)), 0)
 
     def feeds_draft(self, draft_max: int, adaptive: bool) -> bool:
         """Whether a generation feeds the draft model its prompt: it drafts,
@@ -355,7 +362,8 @@ class SpeculativeEngine:
             return
         self._draft_synced = feed
         # what the unfed draft holds of the prompt (unchanged until it catches up, but for a trim)
-        self._draft_held = common_prefix_len(self.draft.tokens, seq) if self.draft is not None and not feed else 0
+        model = self._draft_model()
+        self._draft_held = common_prefix_len(model.tokens, seq) if model is not None and not feed else 0
         policy.new_sequence()
         if adaptive and draft_max > 0:
             self._notice(draft_max)

@@ -133,15 +133,16 @@ class PastDependentPolicy(MeasuredPolicy):
 
 
 class LaggingPolicy(MeasuredPolicy):
-    """Target-only for three passes, the draft model not fed the prompt, then two drafts a pass; keeps what the
+    """Target-only for three passes, the draft model fed the prompt or not, then two drafts a pass; keeps what the
     engine told each choice the draft model lacks."""
 
-    def __init__(self) -> None:
+    def __init__(self, fed: bool) -> None:
         super().__init__()
+        self.fed = fed
         self.told: list[int] = []
 
     def drafting(self, cap: int) -> bool:
-        return False
+        return self.fed
 
     def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
         self.told.append(behind)
@@ -177,14 +178,16 @@ def test_greedy_speculative_equals_target_only(engine, k, policy):
         assert len(engine.policy.ks_at_full_cap()) > 1  # the length did adapt
 
 
-def test_each_choice_is_told_what_the_draft_model_lacks(engine):
+@pytest.mark.parametrize("fed", [False, True], ids=["prompt not fed", "prompt fed"])
+def test_each_choice_is_told_what_the_draft_model_lacks(engine, fed):
     """What a catch-up would cost is read off the draft model's cache at each choice, not counted by the policy:
-    the prompt less its last token, one more after each target-only pass, none once a pass drafted."""
-    engine.policy = LaggingPolicy()
+    the prompt less its last token where the draft was not fed it, one more after each target-only pass (but the
+    one token a first draft step evaluates itself), none once a pass drafted."""
+    engine.policy = LaggingPolicy(fed)
     result = generate(engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=16)
     n = result.stats.n_prompt_tokens
     told = engine.policy.told
-    assert told[:5] == [n - 1, n, n + 1, n + 2, 0] and set(told[4:]) == {0}
+    assert told[:5] == ([0, 0, 2, 3, 0] if fed else [n - 1, n, n + 1, n + 2, 0]) and set(told[4:]) == {0}
     assert result.stats.n_drafted > 0
 
 

@@ -270,6 +270,17 @@ def test_a_catch_up_is_spread_over_no_more_passes_than_the_generation_has_left()
     assert all(plan.k == 0 for plan in plans[20])
 
 
+def test_whether_a_generation_feeds_the_draft_is_judged_as_at_its_start():
+    """``drafting`` (asked before a generation, to feed the draft its prompt or not) reads neither the last
+    choice's catch-up nor its end: a generation that ended by its length told its last choices one token left."""
+    p = AdaptivePolicy()
+    warm(p)
+    p.observe(target_pass())
+    assert p.drafting(8)
+    p.choose(8, behind=30, remaining=2)
+    assert p.drafting(8)
+
+
 def test_on_a_gpu_a_shape_s_unsettled_passes_are_priced_where_it_stays_and_where_it_goes():
     """Where a pass after another shape costs more (CUDA graphs, a switch 2x here), a choice pays the passes of its
     shape that have not settled yet: SETTLED - 1 for a new shape, fewer for the shape it is in, none once that

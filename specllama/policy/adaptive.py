@@ -9,9 +9,10 @@ tokens (Leviathan et al. 2023, with rates by position) and costs its first
 draft step, k - 1 more, and a target pass of k + 1 rows (:mod:`.costs`).
 Before each pass the policy draws one sample of the rates and of the costs
 from their posteriors and takes the k with the most tokens per second in
-that draw (Thompson sampling), one-off costs priced over ``HORIZON`` passes:
-the draft's catch-up after target-only passes, and on a GPU the passes that
-a change of shape makes dearer. Exploring, giving drafting up and taking it
+that draw (Thompson sampling), one-off costs priced over ``HORIZON`` passes
+or the passes the generation has left, where fewer: the draft's catch-up
+after target-only passes, and on a GPU the passes that a change of shape
+makes dearer. Exploring, giving drafting up and taking it
 up again, close calls and keeping a draft length all follow from that one
 rule: a choice whose value is uncertain is tried in proportion to the chance
 that it is the best, and a cost not timed for long grows uncertain.
@@ -43,7 +44,7 @@ from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Pr
 from .protocol import PassRecord, Plan, WarmUp
 
 EXPLORE = 0.3  # the draws' spread, times the posterior's: less explores less (and learns slower)
-HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over when choosing
+HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over at most when choosing
 SEED = 0  # the choice's own random generator starts here: runs are repeatable given the same timings
 # "drafting cannot pay" is said where that is this likely (the share of VERDICT_DRAWS draws of the costs in which
 # even perfect acceptance loses): lower skips the agreement check and logs the verdict on thinner evidence
@@ -263,9 +264,9 @@ class AdaptivePolicy(MeasuredPolicy):
             if k:
                 run *= accept[k - 1]
                 tokens += run
-            spread = max(1 / horizon, tokens / self.remaining) if self.remaining else 1 / horizon
-            rates.append(tokens / (prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices))
-                                   * spread))
+            passes = min(horizon, self.remaining / tokens) if self.remaining else horizon
+            rates.append(tokens / (prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices, passes))
+                                   / passes))
         return rates
 
     def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
@@ -274,16 +275,18 @@ class AdaptivePolicy(MeasuredPolicy):
     def _catch_up(self, k: int, prices: Prices) -> float:
         return self.behind * prices.catch_up if k else 0.0
 
-    def _switch(self, k: int, prices: Prices) -> float:
+    def _switch(self, k: int, prices: Prices, passes: float = math.inf) -> float:
         """On a GPU, what the passes of k's shape cost more until it settles: SETTLED - 1 of them for a new shape,
-        fewer for the last pass's shape (none once settled)."""
+        fewer for the last pass's shape (none once settled), and no more than the ``passes`` left."""
         if prices.switch <= 1:
             return 0.0
-        unsettled = SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0)
+        unsettled = min(SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0), passes)
         return max(unsettled, 0) * (prices.switch - 1) * prices.verify(k + 1)
 
     def drafting(self, cap: int) -> bool:
-        """Whether drafting pays on the estimates (the draft is fed a prompt then, and caught up later otherwise)."""
+        """Whether drafting pays on the estimates at a generation's start, with nothing to catch up and no end told
+        yet (the draft is fed the prompt then, and caught up later otherwise)."""
+        self.behind, self.remaining = 0, None  # (the last generation's: the next choice tells its own)
         prices = self.prices(cap)
         if prices is None or cap <= 0:
             return cap > 0

@@ -78,7 +78,7 @@ class BatchPolicy:
     def choose(self, cap: int, slots: int, step: int, behind: int = 0) -> int:
         """The draft length of step ``step`` for each of ``slots`` running slots (``cap`` at most), whose draft
         models lack ``behind`` tokens in all: drafting first catches them up, a one-off cost priced over
-        ``HORIZON`` steps, as the lone policy prices its own."""
+        ``HORIZON`` steps (the lone policy also bounds that by the passes its generation has left)."""
         if cap <= 0 or not self._start():
             return 0
         if self._chosen == (step, slots, cap):
