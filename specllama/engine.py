@@ -483,7 +483,7 @@ class _Generation:
         if plan.k > 0:
             catch_up = 0.0
             model = drafter.model if isinstance(drafter, ModelDrafter) else None
-            if model is not None and (not engine._draft_synced or len(seq) - len(model.tokens) > 2):
+            if model is not None and (not engine._draft_synced or engine.draft_lacks(seq)):
                 # the draft skipped the prompt or target-only passes: it catches up now, a cost of this pass
                 n_behind = len(seq) - 1 - common_prefix_len(model.tokens, seq)
                 t0 = clock()
