@@ -2,13 +2,15 @@
 
 a_i is the chance that draft position i is kept once the positions before it
 were. Each position keeps a discounted record (``MEMORY`` drafting
-passes), and its estimate leans on the one before it (position 0 on the rate
-pooled over all positions) with ``LEAN_WEIGHT``: a position's own record
-departs from its neighbour's only as it grows. The pooled rate starts from a
-prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the draft writes a
-short text greedily, the target checks it), whose tokens weigh as observed
-positions. The posterior is a chain of Beta distributions, from which
-:meth:`AcceptanceModel.sample` draws.
+passes), and its estimate leans on the rate pooled over all positions with
+``LEAN_WEIGHT``: a position's own record departs from the pooled rate only as
+it grows, and a position not tried yet is the pooled rate. The pooled rate
+starts from a prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the
+draft writes a short text greedily, the target checks it), whose tokens weigh
+as observed positions. The choice (:mod:`.adaptive`) reads the estimates and
+prices what a pass would tell of them (:meth:`AcceptanceModel.news`);
+:meth:`AcceptanceModel.sample` draws from the posterior (the parallel slots'
+choice).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ PRIOR_ACCEPT = 0.85
 # positions that prior weighs (and passes a remembered record weighs in a later process): heavier starts surer, and
 # follows the text in front of it slower
 PRIOR_WEIGHT = 4.0
-# a position's estimate leans on the one before it with this many positions' weight: rejections fall at hard tokens
-# of the text, whatever position they land on, so one rejection at position 3 says little about position 3
+# a position's estimate leans on the pooled rate with this many positions' weight: rejections fall at hard tokens of
+# the text, whatever position they land on, so one rejection at position 3 says little about position 3
 LEAN_WEIGHT = 16.0
 
 
@@ -69,28 +71,30 @@ class AcceptanceModel:
         weight = sum(self.tried) + self.prior_weight
         return (sum(self.accepted) + self.prior_accept * self.prior_weight) / weight, weight
 
+    def leans(self, k: int) -> list[float]:
+        """The share of each of a_0..a_{k-1}'s estimate that is the pooled rate."""
+        return [LEAN_WEIGHT / (self._record(i)[1] + LEAN_WEIGHT) for i in range(k)]
+
     def means(self, k: int) -> list[float]:
         """The estimates of a_0..a_{k-1}."""
-        out, before = [], self.pooled()[0]
-        for i in range(k):
-            acc, tried = self._record(i)
-            before = (acc + before * LEAN_WEIGHT) / (tried + LEAN_WEIGHT)
-            out.append(before)
-        return out
+        pooled = self.pooled()[0]
+        return [(acc + pooled * LEAN_WEIGHT) / (tried + LEAN_WEIGHT) for acc, tried in map(self._record, range(k))]
+
+    def news(self, positions: np.ndarray) -> np.ndarray:
+        """How far a pass that tries ``positions`` more positions may move the pooled rate: the sd of its estimate
+        after that pass, as seen before it (of a Beta posterior of weight w: its variance times n / (w + n))."""
+        rate, weight = self.pooled()
+        return np.sqrt(rate * (1 - rate) / (weight + 1) * positions / (weight + positions))
 
     def sample(self, k: int, rng: np.random.Generator, sharpen: float = 1.0) -> list[float]:
         """One draw of a_0..a_{k-1} from the posterior: the pooled rate, then
-        each position given the draw of the one before it (``sharpen``: every
-        count weighs this many times, a narrower posterior)."""
+        each position given it (``sharpen``: every count weighs this many
+        times, a narrower posterior)."""
         rate, weight = self.pooled()
-        before = rng.beta(sharpen * rate * weight + 1e-9, sharpen * (1 - rate) * weight + 1e-9)
-        out = []
-        for i in range(k):
-            acc, tried = self._record(i)
-            before = rng.beta(sharpen * (acc + before * LEAN_WEIGHT) + 1e-9,
-                              sharpen * (tried - acc + (1 - before) * LEAN_WEIGHT) + 1e-9)
-            out.append(float(before))
-        return out
+        pooled = rng.beta(sharpen * rate * weight + 1e-9, sharpen * (1 - rate) * weight + 1e-9)
+        return [float(rng.beta(sharpen * (acc + pooled * LEAN_WEIGHT) + 1e-9,
+                               sharpen * (tried - acc + (1 - pooled) * LEAN_WEIGHT) + 1e-9))
+                for acc, tried in map(self._record, range(k))]
 
     def snapshot(self, weight: float) -> dict:
         """The record scaled to weigh at most ``weight`` passes (a later process starts from it)."""

@@ -7,26 +7,29 @@ were (:mod:`.acceptance`), a pass with k drafts emits in expectation
 
 tokens (Leviathan et al. 2023, with rates by position) and costs its first
 draft step, k - 1 more, and a target pass of k + 1 rows (:mod:`.costs`).
-Before each pass the policy draws one sample of the rates and of the costs
-from their posteriors and takes the k with the most tokens per second in
-that draw (Thompson sampling), one-off costs priced over ``HORIZON`` passes
-or the passes the generation has left, where fewer: the draft's catch-up
-after target-only passes, and on a GPU the passes that a change of shape
-makes dearer. Exploring, giving drafting up and taking it
-up again, close calls and keeping a draft length all follow from that one
-rule: a choice whose value is uncertain is tried in proportion to the chance
-that it is the best, and a cost not timed for long grows uncertain.
-"Drafting cannot pay" is a probability: the share of draws of the costs in
-which even perfect acceptance loses to target-only.
+Before each pass the policy takes the k with the most tokens per second, at
+the estimated acceptance and one draw of the costs from their posterior
+(Thompson sampling), plus what the pass is worth for what it tells of
+acceptance: how much the best choice's rate would rise, in expectation, once
+the pass moved the estimate as far as it may, over the passes the record
+remembers (the knowledge gradient). One-off costs are priced over
+``HORIZON`` passes or the passes the generation has left, where fewer: the
+draft's catch-up after target-only passes, and on a GPU the passes that a
+change of shape makes dearer. Exploring, giving drafting up and taking it up
+again, close calls and keeping a draft length all follow from that one rule:
+a cost whose value is uncertain is tried in proportion to the chance that it
+makes its choice the best, a cost not timed for long grows uncertain, and
+acceptance is explored where what a pass would tell of it could change the
+choice, as far as that is worth. "Drafting cannot pay" is a probability: the
+share of draws of the costs in which even perfect acceptance loses to
+target-only.
 
-Where a draw says drafting pays but the estimates themselves do not (the
-draw explores), the draft model is so far behind that its catch-up would
-cost more than the pass, and the drawn costs that a probe times (all but the
-catch-up's) make drafting pay at the estimated acceptance and catch-up, the
-pass is a probe instead: a target-only pass padded
-to that many rows, and one draft step, timed (what the draw hinged on, at the
-price of a few rows). A probe tells costs, not acceptance: where only the
-drawn acceptance makes drafting pay, the pass drafts, catch-up and all.
+Where the draw says drafting pays but the estimates do not, and the draft
+model is so far behind that its catch-up would cost more than the pass, the
+pass is a probe instead where the drawn costs that a probe times (all but the
+catch-up's) make drafting pay at the estimated catch-up: a target-only pass
+padded to that many rows, and one draft step, timed (what the draw hinged on,
+at the price of a few rows); otherwise target-only.
 
 Exactness: the choice reads past passes and the policy's own generator,
 never the current pass's draws.
@@ -41,15 +44,17 @@ import numpy as np
 
 from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens
 from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
-from .protocol import PassRecord, Plan, WarmUp
+from .protocol import MEMORY, PassRecord, Plan, WarmUp
 
-EXPLORE = 0.3  # the draws' spread, times the posterior's: less explores less (and learns slower)
+EXPLORE = 0.3  # the cost draws' spread, times the posterior's: less explores less (and learns slower)
 HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over at most when choosing
 SEED = 0  # the choice's own random generator starts here: runs are repeatable given the same timings
 # "drafting cannot pay" is said where that is this likely (the share of VERDICT_DRAWS draws of the costs in which
 # even perfect acceptance loses): lower skips the agreement check and logs the verdict on thinner evidence
 VERDICT = 0.95
 VERDICT_DRAWS = 64  # more measure that probability finer, at a cost in each report
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(5)  # (a standard normal's expectation, by quadrature)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 
 
 class MeasuredPolicy:
@@ -203,7 +208,7 @@ class MeasuredPolicy:
 
 
 class AdaptivePolicy(MeasuredPolicy):
-    """The choice by Thompson sampling (see the module doc). One per engine,
+    """The choice (see the module doc). One per engine,
     kept across generations: costs do not change between prompts."""
 
     def __init__(self) -> None:
@@ -234,54 +239,77 @@ class AdaptivePolicy(MeasuredPolicy):
             return Plan(cap if self.costs.known(1) else minimum)
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
-        draw, accept = self.prices(cap, self.rng, EXPLORE), self.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
-        k = self._best(cap, minimum, draw, accept, HORIZON)
-        best = self._best(cap, minimum, means, self.acceptance.means(cap), HORIZON)
+        draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
+        estimated, worth = self._worth(cap, means, accept)
+        drawn = self._rates(cap, draw, accept, HORIZON)[0]
+        k = self._best(minimum, drawn + worth * drawn.max())
+        best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
             return Plan(k)
-        # the draw explores: where its one-off costs are dear it takes a cheaper way, or none. Where the drawn costs
-        # alone make drafting pay (at the estimated acceptance) and the draft is far behind, a probe times them
-        # without the catch-up; where only the drawn acceptance does, only drafting can tell, catch-up and all
-        if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0 and (
-                self._costs_hinge(cap, means, draw)):
-            return Plan(0, pad=k)
-        if self._switch(k, draw) and (rates := self._rates(cap, draw, accept, SETTLED))[k] < rates[best]:
-            return Plan(best)  # a GPU's new shape, which it would leave again soon: not worth its dearer passes
+        # the draw explores the costs: where the draft is far behind, a probe times them without its catch-up (if
+        # the drawn costs make drafting pay at the estimated catch-up; a drawn catch-up alone is no reason to run
+        # one); on a GPU, a new shape that it would leave again soon is not worth its dearer passes
+        if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0:
+            return Plan(0, pad=k if self._costs_hinge(cap, means, draw, accept, worth) else 0)
+        if self._switch(k, draw) and (rates := self._rates(cap, draw, accept, SETTLED)[0])[k] < rates[best]:
+            return Plan(best)
         return Plan(k)
 
-    def _costs_hinge(self, cap: int, means: Prices, draw: Prices) -> bool:
+    def _costs_hinge(self, cap: int, means: Prices, draw: Prices, accept: np.ndarray, worth: np.ndarray) -> bool:
         """Whether the drawn costs that a probe times (not the catch-up's) make drafting pay, at the estimated
-        acceptance and catch-up: what a probe can tell."""
-        timed = dataclasses.replace(draw, catch_up=means.catch_up)
-        return bool(self._best(cap, 0, timed, self.acceptance.means(cap), HORIZON))
+        catch-up: what a probe can tell."""
+        rates = self._rates(cap, dataclasses.replace(draw, catch_up=means.catch_up), accept, HORIZON)[0]
+        return bool(self._best(0, rates + worth * rates.max()))
 
-    def _rates(self, cap: int, prices: Prices, accept: list[float], horizon: float) -> list[float]:
-        """Tokens per second with k = 0..cap drafts (E(k) summed as k grows), one-off costs (the draft's catch-up,
-        on a GPU a new shape's dearer first passes) spread over ``horizon`` passes, or over the passes the generation
-        has left where fewer (the tokens it may still emit over E(k))."""
-        rates, tokens, run = [], 1.0, 1.0
-        for k in range(cap + 1):
-            if k:
-                run *= accept[k - 1]
-                tokens += run
-            passes = min(horizon, self.remaining / tokens) if self.remaining else horizon
-            rates.append(tokens / (prices.pass_cost(k) + (self._catch_up(k, prices) + self._switch(k, prices, passes))
-                                   / passes))
-        return rates
+    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
+        tells of acceptance, as a share of the best rate: how much the best choice's rate would rise, in expectation,
+        once the pooled rate moved as far as that pass may move it (:meth:`.AcceptanceModel.news`; five-point
+        Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own). Zero where
+        no outcome of the pass would change the choice."""
+        tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))  # positions a pass of k tries, k = 1..cap
+        shifts = (self.acceptance.news(tried)[:, None] * _NODES[None, :]).ravel()
+        moved = np.clip(accept[None, :] + shifts[:, None] * np.array(self.acceptance.leans(cap))[None, :], 1e-6,
+                        1 - 1e-6)
+        rates = self._rates(cap, prices, np.vstack([accept, moved]), HORIZON)
+        now = rates[0].max()
+        gain = np.maximum(rates[1:].max(axis=1).reshape(cap, len(_NODES)) @ _WEIGHTS - now, 0.0)
+        return rates[0], (MEMORY - 1) * np.concatenate([[0.0], gain]) / now
 
-    def _best(self, cap: int, minimum: int, prices: Prices, accept: list[float], horizon: float) -> int:
-        return max(range(minimum, cap + 1), key=self._rates(cap, prices, accept, horizon).__getitem__)
+    def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon: float) -> np.ndarray:
+        """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
+        one-off costs (the draft's catch-up, on a GPU a new shape's dearer first passes) spread over ``horizon``
+        passes, or over the passes the generation has left where fewer (the tokens it may still emit over E(k))."""
+        a = np.atleast_2d(accept)[:, :cap]
+        tokens = np.empty((len(a), cap + 1))
+        tokens[:, 0] = 1.0
+        tokens[:, 1:] = 1 + np.cumsum(np.cumprod(a, axis=1), axis=1)
+        passes = np.minimum(horizon, self.remaining / tokens) if self.remaining else horizon
+        verify = np.fromiter(map(prices.verify, range(1, cap + 2)), float, cap + 1)
+        cost = verify.copy()
+        if prices.step is not None:
+            cost[1:] = (prices.first + np.arange(cap) * prices.step) + verify[1:]
+        one_off = np.full(cap + 1, self.behind * prices.catch_up)
+        one_off[0] = 0.0
+        if prices.switch > 1:
+            unsettled = np.full(cap + 1, SETTLED - 1)
+            if 1 <= self.last_rows <= cap + 1:
+                unsettled[self.last_rows - 1] = max(SETTLED - 1 - self.run, 0)
+            one_off = one_off + np.minimum(unsettled, passes) * ((prices.switch - 1) * verify)
+        return tokens / (cost + one_off / passes)
 
-    def _catch_up(self, k: int, prices: Prices) -> float:
-        return self.behind * prices.catch_up if k else 0.0
+    @staticmethod
+    def _best(minimum: int, values: np.ndarray) -> int:
+        return minimum + int(np.argmax(values[minimum:]))
 
-    def _switch(self, k: int, prices: Prices, passes: float = math.inf) -> float:
-        """On a GPU, what the passes of k's shape cost more until it settles: SETTLED - 1 of them for a new shape,
-        fewer for the last pass's shape (none once settled), and no more than the ``passes`` left."""
-        if prices.switch <= 1:
-            return 0.0
-        unsettled = min(SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0), passes)
-        return max(unsettled, 0) * (prices.switch - 1) * prices.verify(k + 1)
+    def _unsettled(self, k: int) -> int:
+        """On a GPU, the passes of k's shape that cost more until it settles: SETTLED - 1 for a new shape, fewer for
+        the last pass's shape (none once settled)."""
+        return max(SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0), 0)
+
+    def _switch(self, k: int, prices: Prices) -> float:
+        """What those passes cost more (on a GPU)."""
+        return self._unsettled(k) * (prices.switch - 1) * prices.verify(k + 1) if prices.switch > 1 else 0.0
 
     def drafting(self, cap: int) -> bool:
         """Whether drafting pays on the estimates at a generation's start, with nothing to catch up and no end told
@@ -290,7 +318,7 @@ class AdaptivePolicy(MeasuredPolicy):
         prices = self.prices(cap)
         if prices is None or cap <= 0:
             return cap > 0
-        return self._best(cap, 0, prices, self.acceptance.means(cap), HORIZON) > 0
+        return self._best(0, self._rates(cap, prices, np.array(self.acceptance.means(cap)), HORIZON)[0]) > 0
 
 
 class FixedPolicy:

@@ -13,7 +13,7 @@ costs, which its warm-up measured).
 
 Every running slot drafts the same k: the one with the most tokens per second for
 the batch, S E(k) / T(S (k + 1), k, S k), under one draw from the posterior of the costs
-and of the acceptance (Thompson sampling, as the lone policy): a k whose value is
+and of the acceptance (Thompson sampling; the lone policy draws the costs only): a k whose value is
 uncertain is tried in proportion to the chance that it is the best. Each slot's best
 answer to the others' k alone would have them all draft where none drafting is
 faster; the batch's choice prices that. One choice per step, from past steps only: the k of a step never
