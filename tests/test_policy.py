@@ -324,8 +324,7 @@ def test_on_a_gpu_a_shape_s_unsettled_passes_are_priced_where_it_stays_and_where
     for run in (1, 2, 3):
         p.observe(PassRecord(n_drafted=8, n_accepted=8, draft_seconds=0.0032, verify_seconds=0.003 * (
             2 if run < 3 else 1), rows=9, first_step=0.0004, run=run))
-        prices = p.prices(8)
-        unsettled += [p._switch(k, prices) / ((math.exp(p.costs.switch) - 1) * prices.verify(k + 1)) for k in (8, 4, 0)]
+        unsettled += [p._unsettled(k) for k in (8, 4, 0)]
     assert unsettled == pytest.approx([1, 2, 2, 0, 2, 2, 0, 2, 2])
 
 

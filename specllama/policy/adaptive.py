@@ -251,8 +251,10 @@ class AdaptivePolicy(MeasuredPolicy):
         # one); on a GPU, a new shape that it would leave again soon is not worth its dearer passes
         if k and self.behind and not minimum and self.behind * draw.catch_up > draw.pass_cost(k) and best == 0:
             return Plan(0, pad=k if self._costs_hinge(cap, means, draw, accept, worth) else 0)
-        if self._switch(k, draw) and (rates := self._rates(cap, draw, accept, SETTLED)[0])[k] < rates[best]:
-            return Plan(best)
+        if draw.switch > 1 and self._unsettled(k):
+            rates = self._rates(cap, draw, accept, SETTLED)[0]
+            if rates[k] < rates[best]:
+                return Plan(best)
         return Plan(k)
 
     def _costs_hinge(self, cap: int, means: Prices, draw: Prices, accept: np.ndarray, worth: np.ndarray) -> bool:
@@ -292,9 +294,7 @@ class AdaptivePolicy(MeasuredPolicy):
         one_off = np.full(cap + 1, self.behind * prices.catch_up)
         one_off[0] = 0.0
         if prices.switch > 1:
-            unsettled = np.full(cap + 1, SETTLED - 1)
-            if 1 <= self.last_rows <= cap + 1:
-                unsettled[self.last_rows - 1] = max(SETTLED - 1 - self.run, 0)
+            unsettled = np.array([self._unsettled(k) for k in range(cap + 1)])
             one_off = one_off + np.minimum(unsettled, passes) * ((prices.switch - 1) * verify)
         return tokens / (cost + one_off / passes)
 
@@ -306,10 +306,6 @@ class AdaptivePolicy(MeasuredPolicy):
         """On a GPU, the passes of k's shape that cost more until it settles: SETTLED - 1 for a new shape, fewer for
         the last pass's shape (none once settled)."""
         return max(SETTLED - 1 - (self.run if k + 1 == self.last_rows else 0), 0)
-
-    def _switch(self, k: int, prices: Prices) -> float:
-        """What those passes cost more (on a GPU)."""
-        return self._unsettled(k) * (prices.switch - 1) * prices.verify(k + 1) if prices.switch > 1 else 0.0
 
     def drafting(self, cap: int) -> bool:
         """Whether drafting pays on the estimates at a generation's start, with nothing to catch up and no end told
