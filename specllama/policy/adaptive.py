@@ -267,8 +267,8 @@ class AdaptivePolicy(MeasuredPolicy):
         """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
         tells of acceptance, as a share of the best rate: how much the best choice's rate would rise, in expectation,
         once the pooled rate moved as far as that pass may move it (:meth:`.AcceptanceModel.news`; five-point
-        Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own). Zero where
-        no outcome of the pass would change the choice."""
+        Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own). Next to
+        nothing where no outcome of the pass would change the choice (the rates' curvature alone)."""
         tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))  # positions a pass of k tries, k = 1..cap
         shifts = (self.acceptance.news(tried)[:, None] * _NODES[None, :]).ravel()
         moved = np.clip(accept[None, :] + shifts[:, None] * np.array(self.acceptance.leans(cap))[None, :], 1e-6,
