@@ -12,7 +12,8 @@ the estimated acceptance and one draw of the costs from their posterior
 (Thompson sampling), plus what the pass is worth for what it tells of
 acceptance: how much the best choice's rate would rise, in expectation, once
 the pass moved the estimate as far as it may, over the passes the record
-remembers (the knowledge gradient). One-off costs are priced over
+remembers, its one-off costs spread over those passes (the knowledge
+gradient). A pass's own one-off costs are priced over
 ``HORIZON`` passes or the passes the generation has left, where fewer: the
 draft's catch-up after target-only passes, and on a GPU the passes that a
 change of shape makes dearer. Exploring, giving drafting up and taking it up
@@ -240,8 +241,8 @@ class AdaptivePolicy(MeasuredPolicy):
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
-        estimated, worth = self._worth(cap, means, accept)
-        drawn = self._rates(cap, draw, accept, HORIZON)[0]
+        worth = self._worth(cap, means, accept)
+        estimated, drawn = self._rates(cap, means, accept, HORIZON)[0], self._rates(cap, draw, accept, HORIZON)[0]
         k = self._best(minimum, drawn + worth * drawn.max())
         best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
@@ -263,20 +264,21 @@ class AdaptivePolicy(MeasuredPolicy):
         rates = self._rates(cap, dataclasses.replace(draw, catch_up=means.catch_up), accept, HORIZON)[0]
         return bool(self._best(0, rates + worth * rates.max()))
 
-    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
-        tells of acceptance, as a share of the best rate: how much the best choice's rate would rise, in expectation,
-        once the pooled rate moved as far as that pass may move it (:meth:`.AcceptanceModel.news`; five-point
-        Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own). Next to
-        nothing where no outcome of the pass would change the choice (the rates' curvature alone)."""
+    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> np.ndarray:
+        """What a pass of k = 0..cap drafts is worth for what it tells of acceptance, as a share of the best rate: how
+        much the best choice's rate would rise, in expectation, once the pooled rate moved as far as that pass may
+        move it (:meth:`.AcceptanceModel.news`; five-point Gauss-Hermite quadrature), over the passes that knowledge
+        serves (``MEMORY``, the record's own), the one-off costs spread over those passes too (the draft is caught up
+        once for all of them). Next to nothing where no outcome of the pass would change the choice (the rates'
+        curvature alone)."""
         tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))  # positions a pass of k tries, k = 1..cap
         shifts = (self.acceptance.news(tried)[:, None] * _NODES[None, :]).ravel()
         moved = np.clip(accept[None, :] + shifts[:, None] * np.array(self.acceptance.leans(cap))[None, :], 1e-6,
                         1 - 1e-6)
-        rates = self._rates(cap, prices, np.vstack([accept, moved]), HORIZON)
+        rates = self._rates(cap, prices, np.vstack([accept, moved]), MEMORY)
         now = rates[0].max()
         gain = np.maximum(rates[1:].max(axis=1).reshape(cap, len(_NODES)) @ _WEIGHTS - now, 0.0)
-        return rates[0], (MEMORY - 1) * np.concatenate([[0.0], gain]) / now
+        return (MEMORY - 1) * np.concatenate([[0.0], gain]) / now
 
     def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon: float) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
