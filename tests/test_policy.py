@@ -19,7 +19,15 @@ from specllama.policy import (
     expected_tokens,
     warm_up_rows,
 )
-from specllama.policy.acceptance import LEAN_WEIGHT, PRIOR_ACCEPT, PRIOR_WEIGHT, AcceptanceModel
+from specllama.policy.acceptance import (
+    LEAN_WEIGHT,
+    NODES,
+    PRIOR_ACCEPT,
+    PRIOR_WEIGHT,
+    WEIGHTS,
+    AcceptanceModel,
+    tokens,
+)
 from specllama.policy.adaptive import HORIZON
 from specllama.policy.costs import LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
 
@@ -158,14 +166,22 @@ def test_records_fade_with_every_pass_so_an_old_verdict_is_forgotten():
     assert low < 0.3 and a.means(1)[0] > 0.75
 
 
-def test_a_draw_of_the_rates_centres_on_the_estimates():
+def test_a_pass_s_outcomes_centre_on_the_estimates_and_spread_with_the_positions_it_tries():
+    """Where a pass of k drafts may leave the estimates: five outcomes whose quadrature mean is the estimates, each
+    position moved by its lean share of how far the pooled rate may move after the 1 + a_0 + a_0 a_1 + ... positions
+    that pass tries."""
     a = AcceptanceModel()
     for _ in range(200):
         a.observe(4, 3)
-    rng = np.random.default_rng(1)
-    draws = np.array([a.sample(4, rng) for _ in range(2000)])
-    assert draws.mean(axis=0) == pytest.approx(a.means(4), abs=0.01)
-    assert expected_tokens([0.5, 0.5], 2) == 1.75
+    accept = np.array(a.means(4))
+    moved = a.outcomes(accept).reshape(4, len(NODES), 4)  # k = 1..4, node, position
+    assert np.einsum("n,knj->kj", WEIGHTS, moved) == pytest.approx(np.tile(accept, (4, 1)), abs=1e-12)
+    tried = np.cumsum([1.0, *np.cumprod(accept)[:-1]])
+    spread = np.sqrt(np.einsum("n,knj->kj", WEIGHTS, (moved - accept) ** 2))
+    assert spread == pytest.approx(np.outer(a.news(tried), a.leans(4)), rel=1e-9)
+    assert all(np.diff(spread[:, 0]) > 0)
+    assert expected_tokens([0.5, 0.5], 2) == 1.75 and tokens(np.array([[0.5, 0.5], [1.0, 0.0]])).tolist() == [
+        [1.0, 1.5, 1.75], [1.0, 2.0, 2.0]]
 
 
 # -- the choice ----------------------------------------------------------------------------------------------------

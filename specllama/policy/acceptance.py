@@ -7,8 +7,8 @@ passes), and its estimate leans on the rate pooled over all positions with
 it grows, and a position not tried yet is the pooled rate. The pooled rate
 starts from a prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the
 draft writes a short text greedily, the target checks it), whose tokens weigh
-as observed positions. The choice (:mod:`.adaptive`) reads the estimates and
-prices what a pass would tell of them (:meth:`AcceptanceModel.news`);
+as observed positions. The choice (:mod:`.adaptive`) reads the estimates and prices what a pass
+would tell of them (:meth:`AcceptanceModel.outcomes`, :func:`worth`);
 :meth:`AcceptanceModel.sample` draws from the posterior (the parallel slots'
 choice).
 """
@@ -30,6 +30,8 @@ PRIOR_WEIGHT = 4.0
 # a position's estimate leans on the pooled rate with this many positions' weight: rejections fall at hard tokens of
 # the text, whatever position they land on, so one rejection at position 3 says little about position 3
 LEAN_WEIGHT = 16.0
+NODES, WEIGHTS = np.polynomial.hermite_e.hermegauss(5)  # (a standard normal's expectation, by quadrature)
+WEIGHTS = WEIGHTS / WEIGHTS.sum()
 
 
 @dataclass
@@ -86,6 +88,14 @@ class AcceptanceModel:
         rate, weight = self.pooled()
         return np.sqrt(rate * (1 - rate) / (weight + 1) * positions / (weight + positions))
 
+    def outcomes(self, accept: np.ndarray) -> np.ndarray:
+        """Where a pass of k = 1..cap drafts may leave the estimates ``accept`` (a_0..a_{cap-1}): for each k in turn,
+        the pooled rate moved by each of :data:`NODES` times :meth:`news` of the positions that pass tries
+        (1 + a_0 + a_0 a_1 + ...), each position by its lean share; cap x len(NODES) rows."""
+        tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))
+        shifts = (self.news(tried)[:, None] * NODES[None, :]).ravel()
+        return np.clip(accept[None, :] + shifts[:, None] * np.array(self.leans(len(accept)))[None, :], 1e-6, 1 - 1e-6)
+
     def sample(self, k: int, rng: np.random.Generator, sharpen: float = 1.0) -> list[float]:
         """One draw of a_0..a_{k-1} from the posterior: the pooled rate, then
         each position given it (``sharpen``: every count weighs this many
@@ -110,8 +120,22 @@ class AcceptanceModel:
 
 def expected_tokens(accept: list[float], k: int) -> float:
     """E(k) = sum_{j=0..k} prod_{i<j} a_i: the tokens a pass with k drafts emits, in expectation."""
-    total, run = 1.0, 1.0
-    for i in range(k):
-        run *= accept[i]
-        total += run
-    return total
+    return float(tokens(np.array(accept[:k], float))[0, k])
+
+
+def tokens(accept: np.ndarray) -> np.ndarray:
+    """E(k) for k = 0..cap (columns), for each row of rates a_0..a_{cap-1} in ``accept``."""
+    a = np.atleast_2d(accept)
+    return np.concatenate([np.ones((len(a), 1)), 1 + np.cumsum(np.cumprod(a, axis=1), axis=1)], axis=1)
+
+
+def worth(rates: np.ndarray) -> np.ndarray:
+    """What a pass of k = 0..cap drafts is worth for what it tells of acceptance, as a share of the best rate, from
+    the rates of every k (columns) at the estimates (the first row) and at each of the pass's
+    :meth:`~AcceptanceModel.outcomes` (the rest): how much the best choice's rate would rise, in expectation
+    (five-point Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own; the
+    rates should spread one-off costs over as many). Next to nothing where no outcome of the pass would change the
+    choice (the rates' curvature alone); none for k = 0."""
+    now = rates[0].max()
+    gain = np.maximum(rates[1:].max(axis=1).reshape(-1, len(NODES)) @ WEIGHTS - now, 0.0)
+    return (MEMORY - 1) * np.concatenate([[0.0], gain]) / now

@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens
+from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens, tokens, worth
 from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
 from .protocol import MEMORY, PassRecord, Plan, WarmUp
 
@@ -54,8 +54,6 @@ SEED = 0  # the choice's own random generator starts here: runs are repeatable g
 # even perfect acceptance loses): lower skips the agreement check and logs the verdict on thinner evidence
 VERDICT = 0.95
 VERDICT_DRAWS = 64  # more measure that probability finer, at a cost in each report
-_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(5)  # (a standard normal's expectation, by quadrature)
-_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 
 
 class MeasuredPolicy:
@@ -265,30 +263,16 @@ class AdaptivePolicy(MeasuredPolicy):
         return bool(self._best(0, rates + worth * rates.max()))
 
     def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> np.ndarray:
-        """What a pass of k = 0..cap drafts is worth for what it tells of acceptance, as a share of the best rate: how
-        much the best choice's rate would rise, in expectation, once the pooled rate moved as far as that pass may
-        move it (:meth:`.AcceptanceModel.news`; five-point Gauss-Hermite quadrature), over the passes that knowledge
-        serves (``MEMORY``, the record's own), the one-off costs spread over those passes too (the draft is caught up
-        once for all of them). Next to nothing where no outcome of the pass would change the choice (the rates'
-        curvature alone)."""
-        tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))  # positions a pass of k tries, k = 1..cap
-        shifts = (self.acceptance.news(tried)[:, None] * _NODES[None, :]).ravel()
-        moved = np.clip(accept[None, :] + shifts[:, None] * np.array(self.acceptance.leans(cap))[None, :], 1e-6,
-                        1 - 1e-6)
-        rates = self._rates(cap, prices, np.vstack([accept, moved]), MEMORY)
-        now = rates[0].max()
-        gain = np.maximum(rates[1:].max(axis=1).reshape(cap, len(_NODES)) @ _WEIGHTS - now, 0.0)
-        return (MEMORY - 1) * np.concatenate([[0.0], gain]) / now
+        """What a pass of k = 0..cap drafts is worth for what it tells of acceptance (:func:`.acceptance.worth`), its
+        one-off costs spread over the passes that knowledge serves: the draft is caught up once for all of them."""
+        return worth(self._rates(cap, prices, np.vstack([accept, self.acceptance.outcomes(accept)]), MEMORY))
 
     def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon: float) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
         one-off costs (the draft's catch-up, on a GPU a new shape's dearer first passes) spread over ``horizon``
         passes, or over the passes the generation has left where fewer (the tokens it may still emit over E(k))."""
-        a = np.atleast_2d(accept)[:, :cap]
-        tokens = np.empty((len(a), cap + 1))
-        tokens[:, 0] = 1.0
-        tokens[:, 1:] = 1 + np.cumsum(np.cumprod(a, axis=1), axis=1)
-        passes = np.minimum(horizon, self.remaining / tokens) if self.remaining else horizon
+        emitted = tokens(np.atleast_2d(accept)[:, :cap])
+        passes = np.minimum(horizon, self.remaining / emitted) if self.remaining else horizon
         verify = np.fromiter(map(prices.verify, range(1, cap + 2)), float, cap + 1)
         cost = verify.copy()
         if prices.step is not None:
@@ -298,7 +282,7 @@ class AdaptivePolicy(MeasuredPolicy):
         if prices.switch > 1:
             unsettled = np.array([self._unsettled(k) for k in range(cap + 1)])
             one_off = one_off + np.minimum(unsettled, passes) * ((prices.switch - 1) * verify)
-        return tokens / (cost + one_off / passes)
+        return emitted / (cost + one_off / passes)
 
     @staticmethod
     def _best(minimum: int, values: np.ndarray) -> int:
