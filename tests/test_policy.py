@@ -28,7 +28,6 @@ from specllama.policy.acceptance import (
     AcceptanceModel,
     tokens,
 )
-from specllama.policy.adaptive import HORIZON
 from specllama.policy.costs import LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
 
 # a machine as the demo pair's: a 1-row pass 43 ms, each further row 5 ms, a draft step 16 ms
@@ -286,7 +285,7 @@ def test_a_pass_is_worth_what_it_tells_of_acceptance_where_that_could_change_the
     p.seed({"tried": [400.0] * 8, "accepted": [396.0] * 8})
     p.observe(target_pass())
     accept = np.array(p.acceptance.means(8))
-    rates, worth = p._rates(8, p.prices(8), accept, HORIZON)[0], p._worth(8, p.prices(8), accept)
+    rates, worth = p._worth(8, p.prices(8), accept)
     assert rates.argmax() == 8 and worth.max() < 1e-7
     assert {p.choose(8).k for _ in range(20)} == {8}
     for step, drafts in ((0.8, True), (0.9, False)):
@@ -294,7 +293,7 @@ def test_a_pass_is_worth_what_it_tells_of_acceptance_where_that_could_change_the
         warm(q, step=step * ONE)
         q.observe(target_pass())
         accept = np.array(q.acceptance.means(8))
-        rates, worth = q._rates(8, q.prices(8), accept, HORIZON)[0], q._worth(8, q.prices(8), accept)
+        rates, worth = q._worth(8, q.prices(8), accept)
         assert rates.argmax() == 0 and worth[0] == 0.0
         if drafts:
             assert worth[1:6] == pytest.approx([0.249, 0.559, 0.882, 1.229, 1.693], abs=1e-3)
@@ -317,7 +316,7 @@ def test_what_a_pass_tells_of_acceptance_serves_passes_over_which_the_draft_is_c
         warm(q, step=0.8 * ONE)
         q.observe(target_pass())
         q.behind = behind
-        assert q._worth(8, q.prices(8), np.array(q.acceptance.means(8)))[5] == pytest.approx(worth_5, abs=1e-3)
+        assert q._worth(8, q.prices(8), np.array(q.acceptance.means(8)))[1][5] == pytest.approx(worth_5, abs=1e-3)
         assert [q.choose(8, behind=behind).k for _ in range(20)] == [5] * 20
 
 

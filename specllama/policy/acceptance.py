@@ -126,7 +126,9 @@ def expected_tokens(accept: list[float], k: int) -> float:
 def tokens(accept: np.ndarray) -> np.ndarray:
     """E(k) for k = 0..cap (columns), for each row of rates a_0..a_{cap-1} in ``accept``."""
     a = np.atleast_2d(accept)
-    return np.concatenate([np.ones((len(a), 1)), 1 + np.cumsum(np.cumprod(a, axis=1), axis=1)], axis=1)
+    emitted = np.ones((len(a), a.shape[1] + 1))
+    emitted[:, 1:] += np.cumsum(np.cumprod(a, axis=1), axis=1)
+    return emitted
 
 
 def worth(rates: np.ndarray) -> np.ndarray:

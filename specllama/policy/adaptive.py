@@ -239,8 +239,8 @@ class AdaptivePolicy(MeasuredPolicy):
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
-        worth = self._worth(cap, means, accept)
-        estimated, drawn = self._rates(cap, means, accept, HORIZON)[0], self._rates(cap, draw, accept, HORIZON)[0]
+        estimated, worth = self._worth(cap, means, accept)
+        drawn = self._rates(cap, draw, accept, HORIZON)[0]
         k = self._best(minimum, drawn + worth * drawn.max())
         best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
@@ -262,15 +262,19 @@ class AdaptivePolicy(MeasuredPolicy):
         rates = self._rates(cap, dataclasses.replace(draw, catch_up=means.catch_up), accept, HORIZON)[0]
         return bool(self._best(0, rates + worth * rates.max()))
 
-    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> np.ndarray:
-        """What a pass of k = 0..cap drafts is worth for what it tells of acceptance (:func:`.acceptance.worth`), its
-        one-off costs spread over the passes that knowledge serves: the draft is caught up once for all of them."""
-        return worth(self._rates(cap, prices, np.vstack([accept, self.acceptance.outcomes(accept)]), MEMORY))
+    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
+        tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the passes that knowledge
+        serves: the draft is caught up once for all of them."""
+        rows = np.vstack([accept, accept, self.acceptance.outcomes(accept)])
+        rates = self._rates(cap, prices, rows, np.array([HORIZON] + [MEMORY] * (len(rows) - 1))[:, None])
+        return rates[0], worth(rates[1:])
 
-    def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon: float) -> np.ndarray:
+    def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
         one-off costs (the draft's catch-up, on a GPU a new shape's dearer first passes) spread over ``horizon``
-        passes, or over the passes the generation has left where fewer (the tokens it may still emit over E(k))."""
+        passes (or a column of them, one per row), or over the passes the generation has left where fewer (the
+        tokens it may still emit over E(k))."""
         emitted = tokens(np.atleast_2d(accept)[:, :cap])
         passes = np.minimum(horizon, self.remaining / emitted) if self.remaining else horizon
         verify = np.fromiter(map(prices.verify, range(1, cap + 2)), float, cap + 1)
