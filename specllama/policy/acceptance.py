@@ -136,8 +136,8 @@ def worth(rates: np.ndarray) -> np.ndarray:
     the rates of every k (columns) at the estimates (the first row) and at each of the pass's
     :meth:`~AcceptanceModel.outcomes` (the rest): how much the best choice's rate would rise, in expectation
     (five-point Gauss-Hermite quadrature), over the passes that knowledge serves (``MEMORY``, the record's own; the
-    rates should spread one-off costs over as many). Next to nothing where no outcome of the pass would change the
-    choice (the rates' curvature alone); none for k = 0."""
+    rates should spread one-off costs over as many, or over the passes left where fewer). Next to nothing where no
+    outcome of the pass would change the choice (the rates' curvature alone); none for k = 0."""
     now = rates[0].max()
     gain = np.maximum(rates[1:].max(axis=1).reshape(-1, len(NODES)) @ WEIGHTS - now, 0.0)
     return (MEMORY - 1) * np.concatenate([[0.0], gain]) / now

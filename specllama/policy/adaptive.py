@@ -12,8 +12,9 @@ the estimated acceptance and one draw of the costs from their posterior
 (Thompson sampling), plus what the pass is worth for what it tells of
 acceptance: how much the best choice's rate would rise, in expectation, once
 the pass moved the estimate as far as it may, over the passes the record
-remembers, its one-off costs spread over those passes (the knowledge
-gradient). A pass's own one-off costs are priced over
+remembers, its one-off costs spread over those passes or the passes the
+generation has left, where fewer (the knowledge gradient). A pass's own
+one-off costs are priced over
 ``HORIZON`` passes or the passes the generation has left, where fewer: the
 draft's catch-up after target-only passes, and on a GPU the passes that a
 change of shape makes dearer. Exploring, giving drafting up and taking it up
@@ -265,7 +266,8 @@ class AdaptivePolicy(MeasuredPolicy):
     def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
         tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the passes that knowledge
-        serves: the draft is caught up once for all of them."""
+        serves (``MEMORY``), or the passes the generation has left where fewer: the draft is caught up once for all
+        of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by the pass's own."""
         rows = np.vstack([accept, accept, self.acceptance.outcomes(accept)])
         rates = self._rates(cap, prices, rows, np.array([HORIZON] + [MEMORY] * (len(rows) - 1))[:, None])
         return rates[0], worth(rates[1:])
