@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .acceptance import expected_tokens
+from .acceptance import tokens
 from .adaptive import EXPLORE, HORIZON, SEED, MeasuredPolicy
 from .costs import OUTLIER, PRIOR_SD, STEP
 from .protocol import MEMORY
@@ -85,9 +85,9 @@ class BatchPolicy:
             return self._k
         cov = np.linalg.inv(self._precision)
         c = self.rng.multivariate_normal(self.mean(), cov * EXPLORE ** 2)
-        accept = self.lone.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)
+        emitted = tokens(np.array(self.lone.acceptance.sample(cap, self.rng, 1 / EXPLORE ** 2)))[0]  # E(k), k = 0..cap
         catch_up = (c[2] + c[3] * behind) / HORIZON if behind else 0.0  # one more draft decode, of every token behind
-        self._k = max(range(cap + 1), key=lambda k: self._rate(k, slots, c, accept, catch_up))
+        self._k = max(range(cap + 1), key=lambda k: self._rate(k, slots, c, emitted[k], catch_up))
         self._chosen = (step, slots, cap)
         return self._k
 
@@ -105,9 +105,10 @@ class BatchPolicy:
     # -- within ---------------------------------------------------------------------------
 
     @staticmethod
-    def _rate(k: int, slots: int, c: np.ndarray, accept: list[float], catch_up: float = 0.0) -> float:
+    def _rate(k: int, slots: int, c: np.ndarray, emitted: float, catch_up: float = 0.0) -> float:
+        """The batch's tokens per second with k drafts, each slot's pass emitting ``emitted`` = E(k)."""
         seconds = c[0] + c[1] * slots * (k + 1) + c[2] * k + c[3] * slots * k + (catch_up if k else 0.0)
-        return slots * expected_tokens(accept, k) / seconds if seconds > 0 else 0.0
+        return slots * emitted / seconds if seconds > 0 else 0.0
 
     def _prior_terms(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The prior's mean of (c_0, c_rows, c_decode, c_draft), from the lone policy's costs, which its warm-up
