@@ -21,14 +21,11 @@ import numpy as np
 
 from .protocol import MEMORY
 
-# acceptance assumed before anything is observed: a pair that shares a tokenizer and a family keeps most drafts (the
-# demo pairs 93-95%)
+# acceptance assumed before any is seen (the demo pairs keep 93-95%): higher drafts sooner on a pair not yet tried
 PRIOR_ACCEPT = 0.85
-# positions that prior weighs (and passes a remembered record weighs in a later process): heavier starts surer, and
-# follows the text in front of it slower
+# positions that prior (or a remembered record) weighs: heavier starts surer, and follows the text in front slower
 PRIOR_WEIGHT = 4.0
-# a position's estimate leans on the pooled rate with this many positions' weight: rejections fall at hard tokens of
-# the text, whatever position they land on, so one rejection at position 3 says little about position 3
+# positions the pooled rate weighs in each position's estimate: heavier pools more, and tells positions apart later
 LEAN_WEIGHT = 16.0
 NODES, WEIGHTS = np.polynomial.hermite_e.hermegauss(5)  # (a standard normal's expectation, by quadrature)
 WEIGHTS = WEIGHTS / WEIGHTS.sum()

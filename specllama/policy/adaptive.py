@@ -48,13 +48,11 @@ from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens, tokens, 
 from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
 from .protocol import MEMORY, PassRecord, Plan, WarmUp
 
-EXPLORE = 0.3  # the cost draws' spread, times the posterior's: less explores less (and learns slower)
-HORIZON = 16  # passes a one-off cost (the draft's catch-up, a GPU's new shape) is spread over at most when choosing
-SEED = 0  # the choice's own random generator starts here: runs are repeatable given the same timings
-# "drafting cannot pay" is said where that is this likely (the share of VERDICT_DRAWS draws of the costs in which
-# even perfect acceptance loses): lower skips the agreement check and logs the verdict on thinner evidence
-VERDICT = 0.95
-VERDICT_DRAWS = 64  # more measure that probability finer, at a cost in each report
+EXPLORE = 0.3  # the cost draws' sd, times the posterior's: less explores less, and learns slower
+HORIZON = 16  # passes a pass's one-off costs are spread over at most: longer pays them sooner, a loss if k soon moves
+SEED = 0  # (not tuned: the choice's own generator starts here, so runs are repeatable given the same timings)
+VERDICT = 0.95  # "drafting cannot pay" is said this likely: lower skips the agreement check on thinner evidence
+VERDICT_DRAWS = 64  # draws of the costs that measure that probability: more measure it finer, at a cost in each report
 
 
 class MeasuredPolicy:
@@ -123,11 +121,10 @@ class MeasuredPolicy:
             self.costs.observe_switch(1, t)
         if warm.catch_up and warm.draft_steps:
             self.costs.prefill = float(np.median(warm.catch_up) / np.median(warm.draft_steps))
-        self.warm_up_costs = {f"{kind}_row_pass" if isinstance(kind, int) else "draft_step": math.exp(float(
-            np.median(v))) for kind, v in logs.items()} | (
-            {"1_row_pass_after_another_shape": float(np.median(ones))} if ones else {}) | (
-            {"draft_2_token_step": float(np.median(warm.draft_pairs))} if warm.draft_pairs else {}) | (
-            {"draft_catch_up_token": float(np.median(warm.catch_up))} if warm.catch_up else {})
+        named = {f"{kind}_row_pass" if isinstance(kind, int) else "draft_step": ts for kind, ts in kinds.items()} | {
+            "1_row_pass_after_another_shape": ones, "draft_2_token_step": warm.draft_pairs,
+            "draft_catch_up_token": warm.catch_up}
+        self.warm_up_costs = {name: float(np.median(ts)) for name, ts in named.items() if len(ts)}
 
     def observe_agreement(self, agreed: int, n: int) -> None:
         self.acceptance.observe_agreement(agreed, n)
@@ -166,23 +163,20 @@ class MeasuredPolicy:
                    for p in draws) / VERDICT_DRAWS
 
     def verdict(self, cap: int) -> str | None:
-        chance = self.cannot_pay(cap)
-        if chance < VERDICT:
-            return None
-        p, scale = self.prices(cap), math.exp(self.costs.level)
-        return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted "
-                f"(probability {chance:.2f}): {cost_figures(p, cap, scale)}")
+        words = self.costs_in_words(cap)
+        return words if words.startswith("drafting cannot pay") else None
 
     def costs_in_words(self, cap: int) -> str:
-        """Whether drafting can pay here at all, with the costs it rests on."""
-        verdict = self.verdict(cap)
-        if verdict is not None:
-            return verdict
-        p = self.prices(cap)
+        """Whether drafting can pay here at all (it cannot where that is VERDICT likely), with the costs it rests on."""
+        p, chance = self.prices(cap), self.cannot_pay(cap)
         if p is None:
             return "drafting not measured yet"
+        figures = cost_figures(p, cap, math.exp(self.costs.level))
+        if chance >= VERDICT:
+            return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted "
+                    f"(probability {chance:.2f}): {figures}")
         return (f"drafting can pay on this machine for this pair (probability it cannot, even if every draft were "
-                f"accepted: {self.cannot_pay(cap):.2f}): {cost_figures(p, cap, math.exp(self.costs.level))}")
+                f"accepted: {chance:.2f}): {figures}")
 
     def describe(self, cap: int) -> dict:
         return {"prior_accept": self.acceptance.prior_accept,

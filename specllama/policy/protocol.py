@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the draft length (--draft-max)
-# passes the policy's records remember (acceptance; the slots' step costs): longer estimates finer, and follows a
-# change (of the text, of the machine's load) slower
+# passes the records remember (acceptance; the slots' step costs): longer estimates finer, follows a change slower
 MEMORY = 100
 
 
