@@ -7,7 +7,8 @@ pass of r rows; a token of the draft's catch-up) is one noisy observation
 
 of a *machine level* that all kinds share and that drifts (another process
 gets busy, the CPU clocks down), and an *offset* of its kind. Every timing
-moves the level a little and its own kind's offset by the rest, so a kind
+moves the level a little (a change of the whole machine is followed within
+about 1 / ``LEVEL_GAIN`` timings) and its own kind's offset by the rest, so a kind
 that is not being timed (the 1-row pass, while the policy drafts) still
 follows the machine; decisions read the offsets, which are ratios between
 kinds, and a busier machine leaves the drafting-versus-target-only
@@ -17,12 +18,18 @@ uncertainty is the noise over its timings, plus a timing's noise over
 ``NOISE_MEMORY`` squared for every pass since it was last timed, so a kind
 timed every pass follows about its last ``NOISE_MEMORY`` timings, as the
 estimate of the noise does; a cost not timed for long is doubted, and the
-choice (:mod:`.adaptive`) then times it again where it matters.
+choice (:mod:`.adaptive`) then times it again where it matters. A cost
+that only the warm-up timed is in doubt besides by how far decoding found
+the warm-up off on the kinds it has timed since (the warm-up times the
+models alone, not the sampling, nor a GPU's other shapes around a pass),
+a prior of ``PRIOR_SD`` weighing as one of them.
 
 Target passes of two rows or more share a smoothness prior: their offsets
-lie on one curve (a Whittaker smoother, ``ROW_SMOOTHING``) through every
-timed row count, weighted by the timings behind each. One row stays apart:
-llama.cpp's one-row path costs far less than the second row adds.
+lie on one curve (a Whittaker smoother) through every timed row count,
+weighted by the timings behind each, its second differences weighing as
+much as a row count timed every pass (about ``NOISE_MEMORY`` timings: what
+an offset that drifts can hold). One row stays apart: llama.cpp's one-row path
+costs far less than the second row adds.
 
 On a GPU a pass right after a pass of another shape costs more (CUDA graphs
 replay only from the third pass of a shape in a row, :data:`SETTLED`): the
@@ -38,23 +45,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# how far a timing moves the shared level where its kind's cost is well known: a change of the whole machine is
-# followed within ~1 / LEVEL_GAIN timings, while a lone timing moves every kind's cost by only this share of its
-# surprise
+# a timing's share that moves the shared level: higher follows a busier machine sooner, and a lone timing more
 LEVEL_GAIN = 0.2
-# the log sd assumed, before timings show their own, of a timing's noise and of the warm-up's bias against decoding
-# (the warm-up times the models alone, not the sampling, nor a GPU's other shapes around a pass): larger trusts the
-# warm-up's costs less, so decoding times them sooner; a warm kind's doubt becomes how far decoding found the
-# warm-up off on the kinds it timed, this prior weighing as one of them
+# log sd of a timing's noise and of the warm-up's bias until timings show theirs: larger re-times warm-up costs sooner
 PRIOR_SD = 0.05
-# a timing this far (log ratio) from its kind's expected cost counts as this far: a cold pass, a busy moment
+# the most a timing's surprise counts (log ratio): smaller shrugs off more of a busy moment, and follows a change slower
 OUTLIER = math.log(2.0)
-# timings the estimates of a timing's noise and of a kind's offset follow (an offset gains noise / NOISE_MEMORY^2 of
-# variance a pass): longer estimates them finer, and follows a busy spell or a drifting kind slower
+# timings the noise, an offset (drift: noise / NOISE_MEMORY^2 a pass) and the row curve weigh: longer is finer, slower
 NOISE_MEMORY = 32
-# the row curve's stiffness: its squared second differences weigh this many timings each (stiffer smooths the
-# noise of neighbouring row counts more, and follows a real kink in the curve less)
-ROW_SMOOTHING = 30.0
 SETTLED = 3  # on a GPU, the pass of a shape from which on it costs what that shape costs (CUDA graphs)
 
 NOISE_FLOOR = 1e-4  # (not tuned: timings are never exact to 1%, and a floor keeps every variance positive)
@@ -80,7 +78,7 @@ def _roughness(size: int) -> np.ndarray:
 def curve(values: dict[int, float], weights: dict[int, float], rows: range, scale: float = 0.0,
           rng: np.random.Generator | None = None) -> dict[int, float]:
     """Row count -> value for every count in ``rows``, on one smooth curve through ``values`` (timed counts, each
-    weighing ``weights`` timings): the posterior of v under sum_r w_r (v_r - values_r)^2 + ROW_SMOOTHING
+    weighing ``weights`` timings): the posterior of v under sum_r w_r (v_r - values_r)^2 + NOISE_MEMORY
     sum_r (second difference of v at r)^2 (a Whittaker smoother; two counts give the line through them, and a
     count not timed lies on the curve, with more doubt the further it is from the timed ones). Its mean, or with
     ``rng`` one draw, a timing's variance being ``scale``."""
@@ -89,7 +87,7 @@ def curve(values: dict[int, float], weights: dict[int, float], rows: range, scal
     w, y = np.zeros(size), np.zeros(size)
     for r, v in values.items():
         w[r - low], y[r - low] = weights[r], v
-    precision = np.diag(w) + ROW_SMOOTHING * _roughness(size)
+    precision = np.diag(w) + NOISE_MEMORY * _roughness(size)
     mean = np.linalg.solve(precision, w * y)
     if rng is not None and scale > 0:  # P = L L': a draw is mean + sqrt(scale) L'^-1 z (its covariance P^-1)
         mean = mean + math.sqrt(scale) * np.linalg.solve(np.linalg.cholesky(precision).T, rng.standard_normal(size))
