@@ -163,20 +163,24 @@ class MeasuredPolicy:
                    for p in draws) / VERDICT_DRAWS
 
     def verdict(self, cap: int) -> str | None:
-        words = self.costs_in_words(cap)
-        return words if words.startswith("drafting cannot pay") else None
+        cannot, words = self._judgement(cap)
+        return words if cannot else None
 
     def costs_in_words(self, cap: int) -> str:
-        """Whether drafting can pay here at all (it cannot where that is VERDICT likely), with the costs it rests on."""
+        """Whether drafting can pay here at all, with the costs it rests on."""
+        return self._judgement(cap)[1]
+
+    def _judgement(self, cap: int) -> tuple[bool, str]:
+        """Whether drafting cannot pay (that is ``VERDICT`` likely), and that in words with the costs."""
         p, chance = self.prices(cap), self.cannot_pay(cap)
         if p is None:
-            return "drafting not measured yet"
+            return False, "drafting not measured yet"
         figures = cost_figures(p, cap, math.exp(self.costs.level))
         if chance >= VERDICT:
-            return (f"drafting cannot pay on this machine for this pair, even if every draft were accepted "
-                    f"(probability {chance:.2f}): {figures}")
-        return (f"drafting can pay on this machine for this pair (probability it cannot, even if every draft were "
-                f"accepted: {chance:.2f}): {figures}")
+            return True, (f"drafting cannot pay on this machine for this pair, even if every draft were accepted "
+                          f"(probability {chance:.2f}): {figures}")
+        return False, (f"drafting can pay on this machine for this pair (probability it cannot, even if every draft "
+                       f"were accepted: {chance:.2f}): {figures}")
 
     def describe(self, cap: int) -> dict:
         return {"prior_accept": self.acceptance.prior_accept,
