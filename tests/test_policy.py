@@ -28,6 +28,7 @@ from specllama.policy.acceptance import (
     AcceptanceModel,
     tokens,
 )
+from specllama.policy.adaptive import HORIZON
 from specllama.policy.costs import LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
 
 # a machine as the demo pair's: a 1-row pass 43 ms, each further row 5 ms, a draft step 16 ms
@@ -285,6 +286,27 @@ def test_a_probe_replaces_an_exploration_whose_catch_up_is_dear():
     drafts = next((i for i, plan in enumerate(plans) if plan.k), None)
     assert drafts is not None and drafts >= 400, drafts  # never a catch-up of hundreds of tokens while the record holds
     assert 1 <= sum(plan.pad > 0 for plan in plans) <= 40
+
+
+def test_the_choice_weighs_acceptance_as_its_posterior_does():
+    """The choice reads each k's rate in expectation under the acceptance posterior, at its five quadrature points:
+    their weighted mean is the estimates (short of them only where a point is clipped at 1: the prior alone, weighing
+    4 positions, reaches 0.85 + 2.86 x 0.16). Where acceptance is known only from that prior, the rate is convex in
+    it: k = 8 expects 1.063x its rate at the estimates, k = 1 0.990x (the clip). Known from 3,200 positions: the
+    same to 1e-4."""
+    for seeded, ratios in ((None, [1.0, 0.9902, 0.9879, 0.9914, 0.9996, 1.0114, 1.0263, 1.0437, 1.0633]),
+                           ({"tried": [400.0] * 8, "accepted": [300.0] * 8}, [1.0] * 9)):
+        p = AdaptivePolicy()
+        warm(p)
+        p.observe(target_pass())
+        if seeded:
+            p.acceptance.seed(seeded)
+        accept = np.array(p.acceptance.means(8))
+        points = p.acceptance.spread(accept)
+        assert points.shape == (len(NODES), 8) and points.max() < 1
+        assert WEIGHTS @ points == pytest.approx(accept, abs=0.02 if seeded is None else 1e-12)
+        expected = p._expected(8, p.prices(8), accept)
+        assert expected / p._rates(8, p.prices(8), accept, HORIZON)[0] == pytest.approx(ratios, abs=1e-4)
 
 
 def test_a_pass_is_worth_what_it_tells_of_acceptance_where_that_could_change_the_choice():

@@ -9,14 +9,16 @@ hard tokens of the text, whatever position they land on, so one rejection at
 position 3 says little about position 3). The pooled rate
 starts from a prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the
 draft writes a short text greedily, the target checks it), whose tokens weigh
-as observed positions. The choice (:mod:`.adaptive`) reads the estimates and prices what a pass
-would tell of them (:meth:`AcceptanceModel.outcomes`, :func:`worth`);
+as observed positions. The choice (:mod:`.adaptive`) reads the posterior at five points
+(:meth:`AcceptanceModel.spread`) and prices what a pass would tell of it
+(:meth:`AcceptanceModel.outcomes`, :func:`worth`);
 :meth:`AcceptanceModel.sample` draws from the posterior (the parallel slots'
 choice).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +88,15 @@ class AcceptanceModel:
         after that pass, as seen before it (of a Beta posterior of weight w: its variance times n / (w + n))."""
         rate, weight = self.pooled()
         return np.sqrt(rate * (1 - rate) / (weight + 1) * positions / (weight + positions))
+
+    def spread(self, accept: np.ndarray) -> np.ndarray:
+        """The posterior around the estimates ``accept`` (a_0..a_{cap-1}) at :data:`NODES`: the pooled rate moved
+        by each node times its sd, each position by its lean share; len(NODES) rows (their expectation, with
+        :data:`WEIGHTS`: the estimates)."""
+        rate, weight = self.pooled()
+        sd = math.sqrt(rate * (1 - rate) / (weight + 1))
+        return np.clip(accept[None, :] + sd * NODES[:, None] * np.array(self.leans(len(accept)))[None, :],
+                       1e-6, 1 - 1e-6)
 
     def outcomes(self, accept: np.ndarray) -> np.ndarray:
         """Where a pass of k = 1..cap drafts may leave the estimates ``accept`` (a_0..a_{cap-1}): for each k in turn,

@@ -7,8 +7,10 @@ were (:mod:`.acceptance`), a pass with k drafts emits in expectation
 
 tokens (Leviathan et al. 2023, with rates by position) and costs its first
 draft step, k - 1 more, and a target pass of k + 1 rows (:mod:`.costs`).
-Before each pass the policy takes the k with the most tokens per second, at
-the estimated acceptance and one draw of the costs from their posterior
+Before each pass the policy takes the k with the most tokens per second in
+expectation under the acceptance posterior (not at its estimates: the rate
+is convex in acceptance, so where acceptance is uncertain long drafts gain
+by more than they lose), at one draw of the costs from their posterior
 (Thompson sampling), plus what the pass is worth for what it tells of
 acceptance: how much the best choice's rate would rise, in expectation, once
 the pass moved the estimate as far as it may, over the passes the record
@@ -44,7 +46,7 @@ import math
 
 import numpy as np
 
-from .acceptance import PRIOR_WEIGHT, AcceptanceModel, expected_tokens, tokens, worth
+from .acceptance import PRIOR_WEIGHT, WEIGHTS, AcceptanceModel, expected_tokens, tokens, worth
 from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Prices
 from .protocol import MEMORY, PassRecord, Plan, WarmUp
 
@@ -239,7 +241,7 @@ class AdaptivePolicy(MeasuredPolicy):
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
         estimated, worth = self._worth(cap, means, accept)
-        drawn = self._rates(cap, draw, accept, HORIZON)[0]
+        drawn = self._expected(cap, draw, accept)
         k = self._best(minimum, drawn + worth * drawn.max())
         best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
@@ -262,13 +264,18 @@ class AdaptivePolicy(MeasuredPolicy):
         return bool(self._best(0, rates + worth * rates.max()))
 
     def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rates of k = 0..cap at ``prices`` (:meth:`_rates`), and what a pass of k drafts is worth for what it
+        """The rates of k = 0..cap at ``prices`` (:meth:`_expected`), and what a pass of k drafts is worth for what it
         tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the passes that knowledge
         serves (``MEMORY``), or the passes the generation has left where fewer: the draft is caught up once for all
         of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by the pass's own."""
-        rows = np.vstack([accept, accept, self.acceptance.outcomes(accept)])
-        rates = self._rates(cap, prices, rows, np.array([HORIZON] + [MEMORY] * (len(rows) - 1))[:, None])
-        return rates[0], worth(rates[1:])
+        rows = np.vstack([accept, self.acceptance.outcomes(accept)])
+        return self._expected(cap, prices, accept), worth(self._rates(cap, prices, rows, MEMORY))
+
+    def _expected(self, cap: int, prices: Prices, accept: np.ndarray) -> np.ndarray:
+        """The rates of k = 0..cap in expectation under the acceptance posterior (:meth:`_rates` at its five
+        quadrature points, :meth:`.AcceptanceModel.spread`): what acceptance may be beyond its estimates weighs
+        as likely as it is, and long drafts gain by more than they lose from it."""
+        return WEIGHTS @ self._rates(cap, prices, self.acceptance.spread(accept), HORIZON)
 
     def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
