@@ -305,7 +305,7 @@ def test_the_choice_weighs_acceptance_as_its_posterior_does():
         points = p.acceptance.spread(accept)
         assert points.shape == (len(NODES), 8) and points.max() < 1
         assert WEIGHTS @ points == pytest.approx(accept, abs=0.02 if seeded is None else 1e-12)
-        expected = p._expected(8, p.prices(8), accept)
+        expected = p._worth(8, p.prices(8), accept)[0]  # the rates the choice reads
         assert expected / p._rates(8, p.prices(8), accept, HORIZON)[0] == pytest.approx(ratios, abs=1e-4)
 
 

@@ -240,8 +240,9 @@ class AdaptivePolicy(MeasuredPolicy):
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
-        estimated, worth = self._worth(cap, means, accept)
-        drawn = self._expected(cap, draw, accept)
+        spread = self.acceptance.spread(accept)
+        estimated, worth = self._worth(cap, means, accept, spread)
+        drawn = WEIGHTS @ self._rates(cap, draw, spread, HORIZON)
         k = self._best(minimum, drawn + worth * drawn.max())
         best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
@@ -263,19 +264,20 @@ class AdaptivePolicy(MeasuredPolicy):
         rates = self._rates(cap, dataclasses.replace(draw, catch_up=means.catch_up), accept, HORIZON)[0]
         return bool(self._best(0, rates + worth * rates.max()))
 
-    def _worth(self, cap: int, prices: Prices, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rates of k = 0..cap at ``prices`` (:meth:`_expected`), and what a pass of k drafts is worth for what it
-        tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the passes that knowledge
-        serves (``MEMORY``), or the passes the generation has left where fewer: the draft is caught up once for all
-        of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by the pass's own."""
-        rows = np.vstack([accept, self.acceptance.outcomes(accept)])
-        return self._expected(cap, prices, accept), worth(self._rates(cap, prices, rows, MEMORY))
-
-    def _expected(self, cap: int, prices: Prices, accept: np.ndarray) -> np.ndarray:
-        """The rates of k = 0..cap in expectation under the acceptance posterior (:meth:`_rates` at its five
-        quadrature points, :meth:`.AcceptanceModel.spread`): what acceptance may be beyond its estimates weighs
-        as likely as it is, and long drafts gain by more than they lose from it."""
-        return WEIGHTS @ self._rates(cap, prices, self.acceptance.spread(accept), HORIZON)
+    def _worth(self, cap: int, prices: Prices, accept: np.ndarray,
+               spread: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The rates of k = 0..cap at ``prices`` in expectation under the acceptance posterior (at its five
+        quadrature points, :meth:`.AcceptanceModel.spread`, or ``spread``: what acceptance may be beyond its estimates
+        weighs as likely as it is, and long drafts gain by more than they lose from it), and what a pass of k drafts
+        is worth for what it tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the
+        passes that knowledge serves (``MEMORY``), or the passes the generation has left where fewer: the draft is
+        caught up once for all of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by
+        the pass's own. (One :meth:`_rates` for both, a horizon per row.)"""
+        spread = self.acceptance.spread(accept) if spread is None else spread
+        rows = np.vstack([spread, accept, self.acceptance.outcomes(accept)])
+        horizon = np.where(np.arange(len(rows)) < len(spread), HORIZON, MEMORY)[:, None]
+        rates = self._rates(cap, prices, rows, horizon)
+        return WEIGHTS @ rates[:len(spread)], worth(rates[len(spread):])
 
     def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
