@@ -94,3 +94,14 @@ def test_probes_do_not_stand_in_for_drafting_where_acceptance_is_in_doubt():
     late start's read 0.554 of the best fixed k, in 37 probes and 2 drafting
     passes); drafting itself tells: the worst of the 48 now reads 0.81."""
     assert min(sim.late_start(0)) >= 0.75
+
+
+def test_each_trace_s_replays_read_apart():
+    """--by-trace: a line per greedy trace and one of means. On one fixed text the best fixed k hangs on where its few
+    rejections fall (the demo pair's recipe trace: k = 7 reads 1.000 and k = 8 0.963, where the chat pair's traces
+    at the same acceptance read k = 7 0.98 of k = 8), so the traces' figures measure that luck too."""
+    lines = sim.by_trace(seeds=1)
+    assert len(lines) == 1 + sum(len(pair["traces"]) for pair in sim.TRACES["pairs"].values()) == 13
+    assert lines[-1].startswith("means: the policy noiseless ")
+    assert lines[1].startswith("demo/recipe: best fixed k 7 (k = 7, 8: 1.000, 0.963)")
+    assert lines[6].startswith("demo-chat/essay: best fixed k 8 (k = 7, 8: 0.981, 1.000)")
