@@ -94,16 +94,18 @@ class AcceptanceModel:
         by each node times its sd, each position by its lean share; len(NODES) rows (their expectation, with
         :data:`WEIGHTS`: the estimates)."""
         rate, weight = self.pooled()
-        sd = math.sqrt(rate * (1 - rate) / (weight + 1))
-        return np.clip(accept[None, :] + sd * NODES[:, None] * np.array(self.leans(len(accept)))[None, :],
-                       1e-6, 1 - 1e-6)
+        return self._moved(accept, math.sqrt(rate * (1 - rate) / (weight + 1)) * NODES)
 
     def outcomes(self, accept: np.ndarray) -> np.ndarray:
         """Where a pass of k = 1..cap drafts may leave the estimates ``accept`` (a_0..a_{cap-1}): for each k in turn,
         the pooled rate moved by each of :data:`NODES` times :meth:`news` of the positions that pass tries
         (1 + a_0 + a_0 a_1 + ...), each position by its lean share; cap x len(NODES) rows."""
         tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))
-        shifts = (self.news(tried)[:, None] * NODES[None, :]).ravel()
+        return self._moved(accept, (self.news(tried)[:, None] * NODES[None, :]).ravel())
+
+    def _moved(self, accept: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+        """The estimates ``accept`` with the pooled rate moved by each of ``shifts`` (a row each), each position by
+        its lean share."""
         return np.clip(accept[None, :] + shifts[:, None] * np.array(self.leans(len(accept)))[None, :], 1e-6, 1 - 1e-6)
 
     def sample(self, k: int, rng: np.random.Generator, sharpen: float = 1.0) -> list[float]:
