@@ -365,7 +365,7 @@ class SpeculativeEngine:
         model = self._draft_model()
         self._draft_held = common_prefix_len(model.tokens, seq) if model is not None and not feed else 0
         policy.new_sequence()
-        if adaptive and draft_max > 0:
+        if adaptive and draft_max > 0 and not feed:  # (drafting from the start: no notice to give)
             self._notice(draft_max)
         gen = _Generation(self, policy, seq, params=params, draft_max=draft_max, draft_min=draft_min,
                           max_tokens=max_tokens, rng=rng, processor=processor, rule=rule, constraint=constraint,

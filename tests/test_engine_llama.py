@@ -191,6 +191,32 @@ def test_each_choice_is_told_what_the_draft_model_lacks(engine, fed):
     assert result.stats.n_drafted > 0
 
 
+class VerdictPolicy(LaggingPolicy):
+    """LaggingPolicy whose verdict says drafting cannot pay (``cannot``) and counts how often it is asked."""
+
+    def __init__(self, fed: bool, cannot: bool) -> None:
+        super().__init__(fed)
+        self.cannot, self.asked = cannot, 0
+
+    def verdict(self, cap: int) -> str | None:
+        self.asked += 1
+        return "drafting cannot pay here" if self.cannot else None
+
+
+@pytest.mark.parametrize("fed, cannot, asked, notices", [(True, False, 0, 0), (False, False, 3, 0),
+                                                         (False, True, 1, 1)])
+def test_the_cannot_pay_notice_is_asked_for_only_where_decoding_starts_target_only(
+        engine, caplog, fed, cannot, asked, notices):
+    """Once per loaded pair, a generation that starts target-only asks the policy whether drafting cannot pay and
+    says so (its probability takes 64 draws of the costs: about 5 ms a generation on 2 cores); one that drafts from the
+    start (the draft fed the prompt) does not ask."""
+    engine.policy = VerdictPolicy(fed, cannot)
+    for _ in range(3):
+        generate(engine, PROMPT, params=GREEDY, draft_max=4, max_tokens=8)
+    assert engine.policy.asked == asked
+    assert sum("decoding target-only" in r.getMessage() for r in caplog.records) == notices
+
+
 class CountingCheapDraftPolicy(CheapDraftPolicy):
     """CheapDraftPolicy, keeping each pass's draft length and the passes of its shape in a row it was told
     (``run``; a probe's draft length as minus its rows)."""
