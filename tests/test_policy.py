@@ -29,7 +29,7 @@ from specllama.policy.acceptance import (
     tokens,
 )
 from specllama.policy.adaptive import HORIZON
-from specllama.policy.costs import LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
+from specllama.policy.costs import FIRST, LEVEL_GAIN, OUTLIER, STEP, MachineModel, curve
 
 # a machine as the demo pair's: a 1-row pass 43 ms, each further row 5 ms, a draft step 16 ms
 ONE, PER_ROW, STEP_S = 0.043, 0.005, 0.016
@@ -108,6 +108,17 @@ def test_decoding_judges_the_warm_up_by_how_far_off_it_was():
     off.observe(drafting_pass(8, 8, scale=2.0))  # this pass's draft steps and 9-row pass, 2x the warm-up's
     assert off.costs.seconds(STEP) / off.costs.seconds(1) > 1.7 * STEP_S / ONE
     assert off.costs.doubt > 0.1 and off.costs.uncertainty(2) > 0.1  # the 2-row pass, still the warm-up's: doubted
+
+
+def test_a_draft_step_not_timed_costs_what_a_first_step_does():
+    """Only a pass's first draft step timed (a remembered cost, no warm-up step): drafts are priced at it, not free."""
+    m = MachineModel()
+    for _ in range(5):
+        for kind, seconds in ((1, verify(1)), (9, verify(9)), (FIRST, STEP_S)):
+            m.observe(kind, seconds)
+    prices = m.prices(8)
+    assert prices.drafts(8) == pytest.approx(8 * prices.first) and prices.first * m.seconds(1) / prices.verify(1) \
+        == pytest.approx(STEP_S, rel=0.01)
 
 
 def test_the_row_curve_is_a_line_through_two_counts_and_doubts_the_rows_between():

@@ -1,10 +1,11 @@
 """How likely a draft token is kept, by its position in the draft.
 
 a_i is the chance that draft position i is kept once the positions before it
-were. Each position keeps a discounted record (``MEMORY`` drafting
-passes), and its estimate leans on the rate pooled over all positions with
-``LEAN_WEIGHT``: a position's own record departs from the pooled rate only as
-it grows, and a position not tried yet is the pooled rate (rejections fall at
+were. Each position keeps a discounted record (``MEMORY`` passes of any
+kind; the parallel slots': their shared drafting passes), and its estimate
+leans on the rate pooled over all positions with ``LEAN_WEIGHT``: a
+position's own record departs from the pooled rate only as it grows, and a
+position not tried yet is the pooled rate (rejections fall at
 hard tokens of the text, whatever position they land on, so one rejection at
 position 3 says little about position 3). The pooled rate
 starts from a prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the

@@ -11,8 +11,8 @@ Before each pass the policy takes the k with the most tokens per second in
 expectation under the acceptance posterior (not at its estimates: the rate
 is convex in acceptance, so where acceptance is uncertain long drafts gain
 by more than they lose), at one draw of the costs from their posterior
-(Thompson sampling), plus what the pass is worth for what it tells of
-acceptance: how much the best choice's rate would rise, in expectation, once
+narrowed to ``EXPLORE`` times its sd (Thompson sampling, damped), plus what
+the pass is worth for what it tells of acceptance: how much the best choice's rate would rise, in expectation, once
 the pass moved the estimate as far as it may, over the passes the record
 remembers, its one-off costs spread over those passes or the passes the
 generation has left, where fewer (the knowledge gradient). A pass's own
@@ -21,12 +21,20 @@ one-off costs are priced over
 draft's catch-up after target-only passes, and on a GPU the passes that a
 change of shape makes dearer. Exploring, giving drafting up and taking it up
 again, close calls and keeping a draft length all follow from that one rule:
-a cost whose value is uncertain is tried in proportion to the chance that it
+a cost whose value is uncertain is tried more the likelier a narrowed draw
 makes its choice the best, a cost not timed for long grows uncertain, and
 acceptance is explored where what a pass would tell of it could change the
 choice, as far as that is worth. "Drafting cannot pay" is a probability: the
-share of draws of the costs in which even perfect acceptance loses to
-target-only.
+share of those narrowed draws of the costs in which even perfect acceptance
+loses to target-only.
+
+Three plans come before that rule: before a 1-row pass and a draft step are
+timed, the 1-row pass and then the longest draft (to time them); while
+decoding has not timed the 1-row pass (every choice's yardstick) and the
+warm-up's doubt exceeds the timings' noise, target-only (so a process whose
+warm-up timings agree better than ``PRIOR_SD`` starts with one); and on a GPU,
+a draw's new shape that would not pay over the ``SETTLED`` passes it costs
+more (at the estimated acceptance) gives way to the estimates' choice.
 
 Where the draw says drafting pays but the estimates do not, and the draft
 model is so far behind that its catch-up would cost more than the pass, the
@@ -51,7 +59,7 @@ from .costs import CATCH_UP, FIRST, NOISE_FLOOR, SETTLED, STEP, MachineModel, Pr
 from .protocol import MEMORY, PassRecord, Plan, WarmUp
 
 EXPLORE = 0.3  # the cost draws' sd, times the posterior's: less explores less, and learns slower
-HORIZON = 16  # passes a pass's one-off costs are spread over at most: longer pays them sooner, a loss if k soon moves
+HORIZON = 16  # passes the rate spreads one-off costs over (the worth: MEMORY): longer pays them sooner, lost if k moves
 SEED = 0  # (not tuned: the choice's own generator starts here, so runs are repeatable given the same timings)
 VERDICT = 0.95  # "drafting cannot pay" is said this likely: lower skips the agreement check on thinner evidence
 VERDICT_DRAWS = 64  # draws of the costs that measure that probability: more measure it finer, at a cost in each report
@@ -238,7 +246,7 @@ class AdaptivePolicy(MeasuredPolicy):
         if means is None:  # not timed yet: the 1-row pass (every choice's yardstick), then the longest draft
             return Plan(cap if self.costs.known(1) else minimum)
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
-            return Plan(0)  # the warm-up was found off: decoding times the 1-row pass, every choice's yardstick
+            return Plan(0)  # the warm-up in doubt (found off, or its timings steadier than the prior): time the 1-row
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
         spread = self.acceptance.spread(accept)
         estimated, worth = self._worth(cap, means, accept, spread)

@@ -7,8 +7,9 @@ pass of r rows; a token of the draft's catch-up) is one noisy observation
 
 of a *machine level* that all kinds share and that drifts (another process
 gets busy, the CPU clocks down), and an *offset* of its kind. Every timing
-moves the level a little (a change of the whole machine is followed within
-about 1 / ``LEVEL_GAIN`` timings) and its own kind's offset by the rest, so a kind
+moves the level and its own kind's offset by their variances against the
+noise (a Kalman gain: the level's share is ``LEVEL_GAIN`` at most, so a change of
+the whole machine is followed within about 1 / ``LEVEL_GAIN`` timings), so a kind
 that is not being timed (the 1-row pass, while the policy drafts) still
 follows the machine; decisions read the offsets, which are ratios between
 kinds, and a busier machine leaves the drafting-versus-target-only
@@ -24,8 +25,8 @@ the warm-up off on the kinds it has timed since (the warm-up times the
 models alone, not the sampling, nor a GPU's other shapes around a pass),
 a prior of ``PRIOR_SD`` weighing as one of them.
 
-Target passes of two rows or more share a smoothness prior: their offsets
-lie on one curve (a Whittaker smoother) through every timed row count,
+Target passes of two rows or more share a smoothness prior: their costs
+(relative to the level, exp(offset)) lie on one curve (a Whittaker smoother) through every timed row count,
 weighted by the timings behind each, its second differences weighing as
 much as a row count timed every pass (about ``NOISE_MEMORY`` timings: what
 an offset that drifts can hold). One row stays apart: llama.cpp's one-row path
@@ -168,7 +169,9 @@ class MachineModel:
 
     def prices(self, cap: int, rng: np.random.Generator | None = None, spread: float = 1.0) -> "Prices":
         """The costs of every pass up to ``cap`` drafts, relative to the level: the estimates, or (``rng``) one
-        draw from their uncertainty, its sd times ``spread``."""
+        draw from their uncertainty, its sd times ``spread`` (the row curve's weights use that sd too, so a narrowed
+        draw leans on the timed counts more than the estimates' curve does; the warm-up's doubt is not narrowed). A
+        draft step not timed costs what a first step does."""
         draw = rng if spread > 0 else None
 
         def cost(kind) -> float | None:
@@ -192,6 +195,7 @@ class MachineModel:
             rows = {r: math.exp(k.offset)}
         step = cost(STEP)
         first = cost(FIRST) or step
+        step = step or first
         return Prices(cost(1), rows, step, first, cost(CATCH_UP) or self.prefill * (step or 0.0), math.exp(self.switch))
 
     def seconds(self, kind) -> float | None:
@@ -205,7 +209,7 @@ class Prices:
     """Costs relative to the machine's level: what the choice compares."""
 
     one_row: float | None
-    rows: dict[int, float]  # 2..cap + 1 rows
+    rows: dict[int, float]  # 2 rows up to cap + 1 or the widest timed (one multi-row count timed: only it)
     step: float | None
     first: float | None
     catch_up: float  # per token

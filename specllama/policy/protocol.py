@@ -1,6 +1,8 @@
 """What the engine tells a draft-length policy, and what it asks of it.
 
-The engine calls a :class:`DraftPolicy` and nothing else of it: a choice
+The engine calls a :class:`DraftPolicy` and nothing else of it (the parallel
+slots excepted: their :class:`~.batch.BatchPolicy` reads a
+:class:`~.adaptive.MeasuredPolicy`'s costs and acceptance): a choice
 before each pass (:meth:`DraftPolicy.choose`), a record after it
 (:meth:`DraftPolicy.observe`), the warm-up's timings at load, the draft's
 catch-up after target-only passes, and a new sequence's start. The choice
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 DEFAULT_DRAFT_MAX = 8  # the cap of the draft length (--draft-max)
-# passes the records remember (acceptance; the slots' step costs): longer estimates finer, follows a change slower
+# passes the records remember (acceptance; slots' step costs) and knowledge is valued over: longer is finer, slower
 MEMORY = 100
 
 
@@ -75,8 +77,11 @@ class WarmUp:
 class DraftPolicy(Protocol):
     """How many tokens to draft in each pass (see the module doc)."""
 
+    drafting_passes: int  # passes that drafted (the engine remembers the costs only after one)
+
     def choose(self, cap: int, *, minimum: int = 0, behind: int = 0, remaining: int | None = None) -> Plan:
-        """The next pass's plan, ``minimum`` <= k <= ``cap`` (a cap below the minimum wins); the draft model lacks
+        """The next pass's plan, k <= ``cap``, and for an adaptive policy ``minimum`` <= k (a cap below the
+        minimum wins; a fixed draft length ignores the minimum, as ``--draft-min`` says); the draft model lacks
         ``behind`` tokens of the sequence (drafting first catches them up), and the generation may emit at most
         ``remaining`` more (None: no bound known)."""
 
