@@ -12,8 +12,9 @@ expectation under the acceptance posterior (not at its estimates: the rate
 is convex in acceptance, so where acceptance is uncertain long drafts gain
 by more than they lose), at one draw of the costs from their posterior
 narrowed to ``EXPLORE`` times its sd (Thompson sampling, damped), plus what
-the pass is worth for what it tells of acceptance: how much the best choice's rate would rise, in expectation, once
-the pass moved the estimate as far as it may, over the passes the record
+the pass is worth for what it tells of acceptance: how much the best
+choice's rate would rise, in expectation, once the pass moved the estimate
+as far as it may, over the passes the record
 remembers, its one-off costs spread over those passes or the passes the
 generation has left, where fewer (the knowledge gradient). A pass's own
 one-off costs are priced over

@@ -8,10 +8,10 @@ pass of r rows; a token of the draft's catch-up) is one noisy observation
 of a *machine level* that all kinds share and that drifts (another process
 gets busy, the CPU clocks down), and an *offset* of its kind. Every timing
 moves the level and its own kind's offset by their variances against the
-noise (a Kalman gain: the level's share is ``LEVEL_GAIN`` at most, so a change of
-the whole machine is followed within about 1 / ``LEVEL_GAIN`` timings), so a kind
-that is not being timed (the 1-row pass, while the policy drafts) still
-follows the machine; decisions read the offsets, which are ratios between
+noise (a Kalman gain: the level's share is ``LEVEL_GAIN`` at most, so a
+change of the whole machine is followed within about 1 / ``LEVEL_GAIN``
+timings), so a kind that is not being timed (the 1-row pass, while the
+policy drafts) still follows the machine; decisions read the offsets, which are ratios between
 kinds, and a busier machine leaves the drafting-versus-target-only
 comparison alone. A residual beyond ``OUTLIER`` (a cold pass, a moment of
 another process) counts as that much and no more. An offset drifts too: its
@@ -26,11 +26,12 @@ models alone, not the sampling, nor a GPU's other shapes around a pass),
 a prior of ``PRIOR_SD`` weighing as one of them.
 
 Target passes of two rows or more share a smoothness prior: their costs
-(relative to the level, exp(offset)) lie on one curve (a Whittaker smoother) through every timed row count,
-weighted by the timings behind each, its second differences weighing as
-much as a row count timed every pass (about ``NOISE_MEMORY`` timings: what
-an offset that drifts can hold). One row stays apart: llama.cpp's one-row path
-costs far less than the second row adds.
+(relative to the level, exp(offset)) lie on one curve (a Whittaker
+smoother) through every timed row count, weighted by the timings behind
+each, its second differences weighing as much as a row count timed every
+pass (about ``NOISE_MEMORY`` timings: what an offset that drifts can hold).
+One row stays apart: llama.cpp's one-row path costs far less than the second
+row adds.
 
 On a GPU a pass right after a pass of another shape costs more (CUDA graphs
 replay only from the third pass of a shape in a row, :data:`SETTLED`): the
