@@ -12,6 +12,7 @@ draft length pays. The tests import the scenarios and assert their goals.
     python benchmarks/policy_sim.py --against 901f476     # and that revision's policy, side by side
     python benchmarks/policy_sim.py --only gpu --seeds 2
     python benchmarks/policy_sim.py --choice-cost --against da6ba3c     # microseconds a pass of the policy
+    python benchmarks/policy_sim.py --by-process --seeds 2 --against 901f476   # where the fresh processes lose
 
 ``--against REV`` checks REV out in a temporary ``git worktree`` and runs this
 same simulator on that revision's policy (a policy from before the
@@ -345,6 +346,7 @@ def tps(results) -> float:
 
 
 FALLING = tuple(round(0.95 - 0.04 * i, 2) for i in range(CAP))  # 0.95 at the first position, 0.67 at the eighth
+FRESH_ACCEPTANCE = ((0.5, "0.5"), (0.8, "0.8"), (0.95, "0.95"), (0.98, "0.98"), (FALLING, "falling"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -374,11 +376,17 @@ def fresh(machine: Machine, accept, seed: int, *, warm_up=None, warm_up_draft: f
           runs: int = RUNS) -> Outcome:
     """Fresh processes of 256 tokens: tokens per second over the best fixed k's."""
     _, best = best_fixed(machine, accept, seed=1)
+    procs, results = _fresh_runs(machine, accept, seed, warm_up=warm_up, warm_up_draft=warm_up_draft, runs=runs)
+    return Outcome(tps(results) / best, _drafting(procs))
+
+
+def _fresh_runs(machine: Machine, accept, seed: int, *, warm_up=None, warm_up_draft: float = 1.0,
+                runs: int = RUNS) -> tuple[list[Process], list[tuple[int, float]]]:
+    """:func:`fresh`'s processes, and each one's call (tokens, seconds)."""
     rng = np.random.default_rng(seed)
     procs = [Process(machine, rng, agree=float(np.mean(accept)), warm_up=warm_up, warm_up_draft=warm_up_draft)
              for _ in range(runs)]
-    ours = tps([p.call(constant(accept)) for p in procs])
-    return Outcome(ours / best, _drafting(procs))
+    return procs, [p.call(constant(accept)) for p in procs]
 
 
 def _drafting(procs) -> float:
@@ -525,6 +533,35 @@ def by_trace(seeds: int = SEEDS) -> list[str]:
     return lines + [f"means: the policy noiseless {mean[0]:.4f}, noisy {mean[1]:.4f}; A/A {mean[2]:.4f}"]
 
 
+GAVE_UP = 20  # (a reading, not tuned: a process that drafted fewer passes than this tried drafting and gave it up)
+
+
+def by_process(seeds: int = SEEDS, runs: int = RUNS) -> list[str]:
+    """The fresh processes on the demo pair's measured costs (the "fresh demo-measured" scenarios, seeds 0 to
+    ``seeds`` - 1) in three groups by how many passes each drafted: none, 1 to ``GAVE_UP`` - 1 (tried drafting and
+    gave it up), more. A line per acceptance: each group's processes and their mean figure (a process's tokens per
+    second over the best fixed k's), then the scenario's figure (mean over the seeds). Where the figure is lost: not
+    drafting, or trying and giving up."""
+    lines = []
+    for accept, name in FRESH_ACCEPTANCE:
+        _, best = best_fixed(DEMO_MEASURED, accept, seed=1)
+        drafted, alone, figure = [], [], []
+        for s in range(seeds):
+            procs, results = _fresh_runs(DEMO_MEASURED, accept, 2 + s, runs=runs)
+            drafted += [p.drafting_passes for p in procs]
+            alone += [tokens / seconds / best for tokens, seconds in results]
+            figure.append(tps(results) / best)
+        drafted, alone = np.array(drafted), np.array(alone)
+        groups = (("never drafted", drafted == 0),
+                  (f"drafted 1-{GAVE_UP - 1} passes", (drafted > 0) & (drafted < GAVE_UP)),
+                  (f"{GAVE_UP} or more", drafted >= GAVE_UP))
+        words = [f"{label} {mask.sum()}" + (f" ({alone[mask].mean():.3f})" if mask.any() else "")
+                 for label, mask in groups]
+        lines.append(f"fresh demo-measured {name}, {len(alone)} processes: " + ", ".join(words)
+                     + f"; figure {np.mean(figure):.4f}")
+    return lines
+
+
 def _quantiles(values: list[float]) -> tuple[float, float]:
     return float(np.median(values)), float(np.percentile(values, 10))
 
@@ -532,7 +569,7 @@ def _quantiles(values: list[float]) -> tuple[float, float]:
 def scenarios() -> dict[str, Callable[[int], float]]:
     """Name -> the scenario's figure at a seed (higher is better)."""
     out: dict[str, Callable[[int], float]] = {}
-    for accept, name in ((0.5, "0.5"), (0.8, "0.8"), (0.95, "0.95"), (0.98, "0.98"), (FALLING, "falling")):
+    for accept, name in FRESH_ACCEPTANCE:
         out[f"fresh demo {name}"] = lambda s, a=accept: fresh(DEMO, a, 2 + s).figure
         out[f"fresh demo-measured {name}"] = lambda s, a=accept: fresh(DEMO_MEASURED, a, 2 + s).figure
     for accept, early in ((0.8, 0), (0.8, 6), (0.95, 0), (0.95, 6)):
@@ -658,9 +695,17 @@ def main() -> None:
                     help="print instead the microseconds of a pass's choice and what it learns (--against: REV's too)")
     ap.add_argument("--by-trace", action="store_true",
                     help="print instead each greedy trace's replays: the policy, noiseless and noisy; the A/A")
+    ap.add_argument("--by-process", action="store_true",
+                    help="print instead the fresh demo-measured processes grouped by how many passes they drafted "
+                         "(--against: REV's too)")
     args = ap.parse_args()
     if args.by_trace:
         print("\n".join(by_trace(args.seeds)))
+        return
+    if args.by_process:
+        print("\n".join(by_process(args.seeds)))
+        if args.against:
+            print(f"{args.against}:\n" + against(args.against, ["--by-process", "--seeds", str(args.seeds)]).strip())
         return
     if args.choice_cost:
         print(f"choose and observe, a pass: {choice_cost():.0f} us")

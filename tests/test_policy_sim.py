@@ -105,3 +105,18 @@ def test_each_trace_s_replays_read_apart():
     assert lines[-1].startswith("means: the policy noiseless ")
     assert lines[1].startswith("demo/recipe: best fixed k 7 (k = 7, 8: 1.000, 0.963)")
     assert lines[6].startswith("demo-chat/essay: best fixed k 8 (k = 7, 8: 0.981, 1.000)")
+
+
+@pytest.mark.slow  # 60 simulated processes and the best fixed k's 972 calls
+def test_by_process_groups_every_fresh_process_and_reads_the_scenario_s_figure():
+    """--by-process: each fresh demo-measured scenario's processes by how many passes they drafted, with the
+    scenario's own figure. Every process is in one group, the figure is fresh()'s at the same seed, and at acceptance
+    0.98 every process drafts through (no group but the last)."""
+    lines = sim.by_process(seeds=1, runs=6)
+    assert [line.split(",")[0] for line in lines] == [f"fresh demo-measured {name}" for _, name in sim.FRESH_ACCEPTANCE]
+    for (accept, _), line in zip(sim.FRESH_ACCEPTANCE, lines):
+        counts = [int(part.split("(")[0].split()[-1]) for part in line.split(": ", 1)[1].split("; ")[0].split(", ")]
+        assert sum(counts) == 6
+        figure = sim.fresh(sim.DEMO_MEASURED, accept, 2, runs=6).figure
+        assert line.endswith(f"; figure {figure:.4f}")
+    assert "never drafted 0, drafted 1-19 passes 0, 20 or more 6 (" in lines[3]
