@@ -332,7 +332,7 @@ def test_a_pass_is_worth_what_it_tells_of_acceptance_where_that_could_change_the
     p.seed({"tried": [400.0] * 8, "accepted": [396.0] * 8})
     p.observe(target_pass())
     accept = np.array(p.acceptance.means(8))
-    rates, worth = p._worth(8, p.prices(8), accept)
+    rates, worth = p._worth(8, p.prices(8), accept)[:2]
     assert rates.argmax() == 8 and worth.max() < 1e-7
     assert {p.choose(8).k for _ in range(20)} == {8}
     for step, drafts in ((0.8, True), (0.9, False)):
@@ -340,7 +340,7 @@ def test_a_pass_is_worth_what_it_tells_of_acceptance_where_that_could_change_the
         warm(q, step=step * ONE)
         q.observe(target_pass())
         accept = np.array(q.acceptance.means(8))
-        rates, worth = q._worth(8, q.prices(8), accept)
+        rates, worth = q._worth(8, q.prices(8), accept)[:2]
         assert rates.argmax() == 0 and worth[0] == 0.0
         if drafts:
             assert worth[1:6] == pytest.approx([0.249, 0.559, 0.882, 1.229, 1.693], abs=1e-3)

@@ -94,15 +94,27 @@ class AcceptanceModel:
         """The posterior around the estimates ``accept`` (a_0..a_{cap-1}) at :data:`NODES`: the pooled rate moved
         by each node times its sd, each position by its lean share; len(NODES) rows (their expectation, with
         :data:`WEIGHTS`: the estimates)."""
-        rate, weight = self.pooled()
-        return self._moved(accept, math.sqrt(rate * (1 - rate) / (weight + 1)) * NODES)
+        return self._moved(accept, self._spread_shifts())
 
     def outcomes(self, accept: np.ndarray) -> np.ndarray:
         """Where a pass of k = 1..cap drafts may leave the estimates ``accept`` (a_0..a_{cap-1}): for each k in turn,
         the pooled rate moved by each of :data:`NODES` times :meth:`news` of the positions that pass tries
         (1 + a_0 + a_0 a_1 + ...), each position by its lean share; cap x len(NODES) rows."""
+        return self._moved(accept, self._outcome_shifts(accept))
+
+    def around(self, accept: np.ndarray) -> np.ndarray:
+        """What the choice reads, a row each: :meth:`spread`'s points, the estimates ``accept``, :meth:`outcomes`
+        (in one computation)."""
+        moved = self._moved(accept, np.concatenate([self._spread_shifts(), self._outcome_shifts(accept)]))
+        return np.vstack([moved[:len(NODES)], accept, moved[len(NODES):]])
+
+    def _spread_shifts(self) -> np.ndarray:
+        rate, weight = self.pooled()
+        return math.sqrt(rate * (1 - rate) / (weight + 1)) * NODES
+
+    def _outcome_shifts(self, accept: np.ndarray) -> np.ndarray:
         tried = np.cumsum(np.concatenate([[1.0], np.cumprod(accept)[:-1]]))
-        return self._moved(accept, (self.news(tried)[:, None] * NODES[None, :]).ravel())
+        return (self.news(tried)[:, None] * NODES[None, :]).ravel()
 
     def _moved(self, accept: np.ndarray, shifts: np.ndarray) -> np.ndarray:
         """The estimates ``accept`` with the pooled rate moved by each of ``shifts`` (a row each), each position by

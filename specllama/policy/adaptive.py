@@ -249,9 +249,8 @@ class AdaptivePolicy(MeasuredPolicy):
         if not minimum and not self.costs.judged(1) and self.costs.doubt > self.costs.noise:
             return Plan(0)  # the warm-up in doubt (found off, or its timings steadier than the prior): time the 1-row
         draw, accept = self.prices(cap, self.rng, EXPLORE), np.array(self.acceptance.means(cap))
-        spread = self.acceptance.spread(accept)
-        estimated, worth = self._worth(cap, means, accept, spread)
-        drawn = WEIGHTS @ self._rates(cap, draw, spread, HORIZON)
+        estimated, worth, emitted, passes = self._worth(cap, means, accept)
+        drawn = WEIGHTS @ self._priced(cap, draw, emitted[:len(WEIGHTS)], passes[:len(WEIGHTS)])
         k = self._best(minimum, drawn + worth * drawn.max())
         best = self._best(minimum, estimated + worth * estimated.max())
         if k == best:
@@ -273,28 +272,37 @@ class AdaptivePolicy(MeasuredPolicy):
         rates = self._rates(cap, dataclasses.replace(draw, catch_up=means.catch_up), accept, HORIZON)[0]
         return bool(self._best(0, rates + worth * rates.max()))
 
-    def _worth(self, cap: int, prices: Prices, accept: np.ndarray,
-               spread: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _worth(self, cap: int, prices: Prices, accept: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The rates of k = 0..cap at ``prices`` in expectation under the acceptance posterior (at its five
-        quadrature points, :meth:`.AcceptanceModel.spread`, or ``spread``: what acceptance may be beyond its estimates
-        weighs as likely as it is, and long drafts gain by more than they lose from it), and what a pass of k drafts
+        quadrature points, :meth:`.AcceptanceModel.spread`: what acceptance may be beyond its estimates weighs as
+        likely as it is, and long drafts gain by more than they lose from it), and what a pass of k drafts
         is worth for what it tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the
         passes that knowledge serves (``MEMORY``), or the passes the generation has left where fewer: the draft is
         caught up once for all of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by
-        the pass's own. (One :meth:`_rates` for both, a horizon per row.)"""
-        spread = self.acceptance.spread(accept) if spread is None else spread
-        rows = np.vstack([spread, accept, self.acceptance.outcomes(accept)])
-        horizon = np.where(np.arange(len(rows)) < len(spread), HORIZON, MEMORY)[:, None]
-        rates = self._rates(cap, prices, rows, horizon)
-        return WEIGHTS @ rates[:len(spread)], worth(rates[len(spread):])
+        the pass's own. (One :meth:`_rates` for both, a horizon per row.) Then the tokens and passes of the rows
+        read (:meth:`.AcceptanceModel.around`: the posterior's points first, which a draw of the costs reads too)."""
+        rows = self.acceptance.around(accept)
+        horizon = np.where(np.arange(len(rows)) < len(WEIGHTS), HORIZON, MEMORY)[:, None]
+        emitted, passes = self._emitted(cap, rows, horizon)
+        rates = self._priced(cap, prices, emitted, passes)
+        return WEIGHTS @ rates[:len(WEIGHTS)], worth(rates[len(WEIGHTS):]), emitted, passes
 
     def _rates(self, cap: int, prices: Prices, accept: np.ndarray, horizon) -> np.ndarray:
         """Tokens per second with k = 0..cap drafts (columns), for each row of rates a_0..a_{cap-1} in ``accept``;
         one-off costs (the draft's catch-up, on a GPU a new shape's dearer first passes) spread over ``horizon``
         passes (or a column of them, one per row), or over the passes the generation has left where fewer (the
         tokens it may still emit over E(k))."""
+        return self._priced(cap, prices, *self._emitted(cap, accept, horizon))
+
+    def _emitted(self, cap: int, accept: np.ndarray, horizon) -> tuple[np.ndarray, np.ndarray]:
+        """E(k) for k = 0..cap (columns) for each row of ``accept``, and the passes that one-off costs spread over."""
         emitted = tokens(np.atleast_2d(accept)[:, :cap])
         passes = np.minimum(horizon, self.remaining / emitted) if self.remaining else horizon
+        return emitted, passes
+
+    def _priced(self, cap: int, prices: Prices, emitted: np.ndarray, passes) -> np.ndarray:
+        """:meth:`_rates` from the tokens and passes of :meth:`_emitted`."""
         verify = np.fromiter(map(prices.verify, range(1, cap + 2)), float, cap + 1)
         cost = verify.copy()
         if prices.step is not None:
