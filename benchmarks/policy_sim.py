@@ -539,25 +539,25 @@ GAVE_UP = 20  # (a reading, not tuned: a process that drafted fewer passes than 
 def by_process(seeds: int = SEEDS, runs: int = RUNS) -> list[str]:
     """The fresh processes on the demo pair's measured costs (the "fresh demo-measured" scenarios, seeds 0 to
     ``seeds`` - 1) in three groups by how many passes each drafted: none, 1 to ``GAVE_UP`` - 1 (tried drafting and
-    gave it up), more. A line per acceptance: each group's processes and their mean figure (a process's tokens per
-    second over the best fixed k's), then the scenario's figure (mean over the seeds). Where the figure is lost: not
-    drafting, or trying and giving up."""
+    gave it up), more. A line per acceptance: each group's processes and their figure (their tokens over their
+    seconds, over the best fixed k's), then the scenario's figure (mean over the seeds). Where the figure is lost:
+    not drafting, or trying and giving up."""
     lines = []
     for accept, name in FRESH_ACCEPTANCE:
         _, best = best_fixed(DEMO_MEASURED, accept, seed=1)
-        drafted, alone, figure = [], [], []
+        drafted, calls, figure = [], [], []
         for s in range(seeds):
             procs, results = _fresh_runs(DEMO_MEASURED, accept, 2 + s, runs=runs)
             drafted += [p.drafting_passes for p in procs]
-            alone += [tokens / seconds / best for tokens, seconds in results]
+            calls += results
             figure.append(tps(results) / best)
-        drafted, alone = np.array(drafted), np.array(alone)
-        groups = (("never drafted", drafted == 0),
-                  (f"drafted 1-{GAVE_UP - 1} passes", (drafted > 0) & (drafted < GAVE_UP)),
-                  (f"{GAVE_UP} or more", drafted >= GAVE_UP))
-        words = [f"{label} {mask.sum()}" + (f" ({alone[mask].mean():.3f})" if mask.any() else "")
-                 for label, mask in groups]
-        lines.append(f"fresh demo-measured {name}, {len(alone)} processes: " + ", ".join(words)
+        groups = (("never drafted", lambda n: n == 0), (f"drafted 1-{GAVE_UP - 1} passes", lambda n: 0 < n < GAVE_UP),
+                  (f"{GAVE_UP} or more", lambda n: n >= GAVE_UP))
+        words = []
+        for label, member in groups:
+            group = [call for n, call in zip(drafted, calls) if member(n)]
+            words.append(f"{label} {len(group)}" + (f" ({tps(group) / best:.3f})" if group else ""))
+        lines.append(f"fresh demo-measured {name}, {len(calls)} processes: " + ", ".join(words)
                      + f"; figure {np.mean(figure):.4f}")
     return lines
 

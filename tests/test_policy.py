@@ -203,6 +203,8 @@ def test_a_pass_s_outcomes_centre_on_the_estimates_and_spread_with_the_positions
     assert all(np.diff(spread[:, 0]) > 0)
     assert expected_tokens([0.5, 0.5], 2) == 1.75 and tokens(np.array([[0.5, 0.5], [1.0, 0.0]])).tolist() == [
         [1.0, 1.5, 1.75], [1.0, 2.0, 2.0]]
+    # what the choice reads, in one computation: the posterior's points, the estimates, the outcomes, in that order
+    assert np.array_equal(a.around(accept), np.vstack([a.spread(accept), accept, a.outcomes(accept)]))
 
 
 # -- the choice ----------------------------------------------------------------------------------------------------

@@ -107,16 +107,25 @@ def test_each_trace_s_replays_read_apart():
     assert lines[6].startswith("demo-chat/essay: best fixed k 8 (k = 7, 8: 0.981, 1.000)")
 
 
-@pytest.mark.slow  # 60 simulated processes and the best fixed k's 972 calls
+@pytest.mark.slow  # 120 simulated processes, and the best fixed k's 972 calls for each acceptance
 def test_by_process_groups_every_fresh_process_and_reads_the_scenario_s_figure():
-    """--by-process: each fresh demo-measured scenario's processes by how many passes they drafted, with the
-    scenario's own figure. Every process is in one group, the figure is fresh()'s at the same seed, and at acceptance
-    0.98 every process drafts through (no group but the last)."""
-    lines = sim.by_process(seeds=1, runs=6)
+    """--by-process: each fresh demo-measured scenario's processes by how many passes they drafted, with each group's
+    figure and the scenario's. Every process is in one group; a group's figure is its processes' tokens over their
+    seconds, over the best fixed k's; the scenario's is fresh()'s (the same runs), the mean over the seeds; at
+    acceptance 0.98 every process drafts through (no group but the last)."""
+    lines = sim.by_process(seeds=2, runs=6)
     assert [line.split(",")[0] for line in lines] == [f"fresh demo-measured {name}" for _, name in sim.FRESH_ACCEPTANCE]
     for (accept, _), line in zip(sim.FRESH_ACCEPTANCE, lines):
         counts = [int(part.split("(")[0].split()[-1]) for part in line.split(": ", 1)[1].split("; ")[0].split(", ")]
-        assert sum(counts) == 6
-        figure = sim.fresh(sim.DEMO_MEASURED, accept, 2, runs=6).figure
+        runs = [sim._fresh_runs(sim.DEMO_MEASURED, accept, seed, runs=6) for seed in (2, 3)]
+        drafted = [p.drafting_passes for procs, _ in runs for p in procs]
+        calls = [call for _, results in runs for call in results]
+        assert sum(counts) == 12
+        _, best = sim.best_fixed(sim.DEMO_MEASURED, accept, seed=1)
+        for label, member in (("never drafted", lambda n: n == 0), ("drafted 1-19 passes", lambda n: 0 < n < 20),
+                              ("20 or more", lambda n: n >= 20)):
+            group = [call for n, call in zip(drafted, calls) if member(n)]
+            assert f"{label} {len(group)}" + (f" ({sim.tps(group) / best:.3f})" if group else "") in line
+        figure = np.mean([sim.tps(results) / best for _, results in runs])  # fresh()'s figure, seed by seed
         assert line.endswith(f"; figure {figure:.4f}")
-    assert "never drafted 0, drafted 1-19 passes 0, 20 or more 6 (" in lines[3]
+    assert "never drafted 0, drafted 1-19 passes 0, 20 or more 12 (" in lines[3]

@@ -12,7 +12,8 @@ starts from a prior: ``PRIOR_ACCEPT``, or the warm-up's agreement check (the
 draft writes a short text greedily, the target checks it), whose tokens weigh
 as observed positions. The choice (:mod:`.adaptive`) reads the posterior at five points
 (:meth:`AcceptanceModel.spread`) and prices what a pass would tell of it
-(:meth:`AcceptanceModel.outcomes`, :func:`worth`);
+(:meth:`AcceptanceModel.outcomes`, :func:`worth`), both in one computation
+(:meth:`AcceptanceModel.around`);
 :meth:`AcceptanceModel.sample` draws from the posterior (the parallel slots'
 choice).
 """

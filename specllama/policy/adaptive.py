@@ -280,8 +280,9 @@ class AdaptivePolicy(MeasuredPolicy):
         is worth for what it tells of acceptance (:func:`.acceptance.worth`), its one-off costs spread over the
         passes that knowledge serves (``MEMORY``), or the passes the generation has left where fewer: the draft is
         caught up once for all of them. The worth is a share of the best rate at ``MEMORY``; the choice scales it by
-        the pass's own. (One :meth:`_rates` for both, a horizon per row.) Then the tokens and passes of the rows
-        read (:meth:`.AcceptanceModel.around`: the posterior's points first, which a draw of the costs reads too)."""
+        the pass's own. (One computation of the rates for both, a horizon per row.) Then the tokens and passes of
+        the rows read (:meth:`.AcceptanceModel.around`: the posterior's points first, which a draw of the costs
+        reads too)."""
         rows = self.acceptance.around(accept)
         horizon = np.where(np.arange(len(rows)) < len(WEIGHTS), HORIZON, MEMORY)[:, None]
         emitted, passes = self._emitted(cap, rows, horizon)
