@@ -1,8 +1,9 @@
 """Where "coder busier machine" loses (seeds 0-1 of the scenario: generator seeds 8 and 18): its fresh processes'
-seconds split into the draft's catch-ups, the drafting passes' excess over target-only passes and the probes'
-(each pass against target-only's mean 1-row cost on that machine), and how many processes drafted in their first
-three passes. ``python benchmarks/history/runs/policy-2026-12-07/coder_busier.py [TREE]``: TREE's policy (default:
-this checkout's), this checkout's simulator."""
+seconds split into the draft's catch-ups (the prompt's where a call starts by feeding it, and those after
+target-only passes), the drafting passes' excess over target-only passes and the probes' (each pass against
+target-only's mean 1-row cost on that machine), and how many processes drafted in their first three passes.
+``python benchmarks/history/runs/policy-2026-12-07/coder_busier.py [TREE]``: TREE's policy (default: this
+checkout's), this checkout's simulator."""
 
 import sys
 from pathlib import Path
@@ -29,9 +30,13 @@ for seed in (8, 18):
         policy.observe = lambda r, _o=observe, _p=passes: (_p.append(r), _o(r))
         policy.observe_catch_up = lambda s, n, _o=observe_catch_up: (split.__setitem__(
             "catch-up", split["catch-up"] + s), _o(s, n))
+        before = split["catch-up"]
         t, s = proc.call(sim.constant(ACCEPT))
         tokens, seconds = tokens + t, seconds + s
         early += any(r.n_drafted for r in passes[:3])
+        # a call that starts by feeding the draft the prompt pays that catch-up outside any pass: what is left
+        timed = sum(r.draft_seconds + r.verify_seconds + (r.probe_step or 0.0) for r in passes)
+        split["catch-up"] += max(s - timed - (split["catch-up"] - before), 0.0)
         for r in passes:
             if r.n_drafted:
                 split["drafting passes"] += r.draft_seconds + r.verify_seconds - (r.n_accepted + 1) * one
