@@ -71,7 +71,7 @@ def foreign_draft(model_dir) -> tuple[str, int]:
     return str(path), first_diff
 
 
-# The quick tier (python -m pytest -m "not slow", README) leaves out the tests that load the demo, chat or coder
+# The quick tier (python -m pytest -m "not slow" -n auto, README) leaves out the tests that load the demo, chat or coder
 # pairs' real models, drive a browser, serve a hub or run the policy simulator's every scenario: the tests that
 # use one of these fixtures are marked slow. A few more heavy tests are marked slow where they stand, each with
 # its reason (long simulator runs, contexts filled with batch-long drafts, the exactness checks' thousands of
