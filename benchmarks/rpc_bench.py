@@ -80,7 +80,7 @@ def main() -> None:
 
     from specllama.bench import builtin_prompts
     from specllama.demo import demo_pair
-    from specllama.generate import generate
+    from specllama.generation import generate
     from specllama.opener import open_engine
     from specllama.sampling import SamplingParams
 

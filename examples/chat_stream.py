@@ -8,7 +8,7 @@ from _common import parse
 
 from specllama import SpeculativeLlama
 
-args = parse(__doc__)
+args = parse(__doc__, chat=True)
 messages = [
     {"role": "system", "content": "You are a helpful assistant who answers briefly."},
     {"role": "user", "content": "Name three things to pack for a day at the beach."},

@@ -14,7 +14,7 @@ from _common import parse
 
 from specllama import SpeculativeLlama  # changed: was `from llama_cpp import Llama`
 
-args = parse(__doc__)
+args = parse(__doc__, chat=True)
 llm = SpeculativeLlama(args.model, args.model_draft, n_ctx=args.ctx_size)  # changed: was Llama(model_path=...)
 
 # --- the application, unchanged ---

@@ -11,9 +11,9 @@ import warnings
 
 # public name -> the module that defines it
 _PUBLIC = {
-    "Chunk": "generate",
+    "Chunk": "generation",
     "GenerationOptions": "options",
-    "GenerationResult": "generate",
+    "GenerationResult": "generation",
     "GenerationStats": "stats",
     "SamplingParams": "sampling",
     "SpecLlamaError": "errors",
@@ -22,10 +22,10 @@ _PUBLIC = {
     "Step": "engine",
     "accept_tokens": "sampling",
     "demo_pair": "demo",
-    "generate": "generate",
+    "generate": "generation",
     "open_engine": "opener",
     "sample_from": "sampling",
-    "stream_generate": "generate",
+    "stream_generate": "generation",
     "to_probs": "sampling",
 }
 # former names, still answered with a DeprecationWarning

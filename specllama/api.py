@@ -5,7 +5,7 @@ An application that calls ``Llama(...).create_completion`` or
 constructor. The responses have llama-cpp-python's shapes (``llama_types``),
 plus one extra key, ``"speculative"``, with the drafting statistics.
 
-This module only turns arguments into :func:`~specllama.generate.stream_generate`
+This module only turns arguments into :func:`~specllama.generation.stream_generate`
 calls (through :mod:`specllama.options`, under llama-cpp-python's rules)
 and its chunks into llama-cpp-python's dicts.
 """
@@ -27,7 +27,7 @@ from .chat_template import chat_template_for, normalize_messages
 from .constraint import given_constraints
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .generate import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
+from .generation import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
 from .infill import check_extra, fim_prompt
 from .lookup_mix import LookupMix
 from .opener import open_engine

@@ -27,7 +27,7 @@ import numpy as np
 
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .generate import stream_generate
+from .generation import stream_generate
 from .options import DEFAULT_RULE
 from .sampling import SamplingParams
 from .speedup import predicted_speedup
@@ -296,6 +296,7 @@ def run_bench(
                              f"got {list(draft_maxes)}")
     if repeat < 1:
         raise SpecLlamaError(f"repeat must be >= 1, got {repeat}")
+    draft_maxes = list(dict.fromkeys(engine.draft_cap(k) for k in draft_maxes))  # (a pass holds one batch)
     encoded = [engine.target.tokenize(text) for _, text in prompts]
     for (name, _), toks in zip(prompts, encoded):
         if len(toks) + n_tokens + max(draft_maxes) + 1 > engine.target.n_ctx:

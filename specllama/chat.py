@@ -15,8 +15,8 @@ import numpy as np
 
 from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
-from .generate import Chunk, stream_generate
-from .options import GenerationOptions
+from .generation import Chunk, stream_generate
+from .options import GenerationOptions, check_prompt_text
 from .stats import GenerationStats
 
 DEFAULT_REPLY_RESERVE = 512
@@ -65,7 +65,8 @@ class ChatSession:
     def __init__(self, engine: object, template: ChatTemplate, system_prompt: str | None = None,
                  options: GenerationOptions | None = None, *, reply_reserve: int = DEFAULT_REPLY_RESERVE,
                  **changes: object) -> None:
-        self.engine, self.template, self.system_prompt = engine, template, system_prompt
+        self.engine, self.template = engine, template
+        self.system_prompt = check_prompt_text(system_prompt, "system prompt") if system_prompt else system_prompt
         self.options = replace(options or GenerationOptions(max_tokens=None), **changes)
         self.reply_reserve = reply_reserve
         self.messages: list[dict] = []
@@ -90,6 +91,7 @@ class ChatSession:
 
     def set_system(self, text: str) -> None:
         """Replace the system prompt (kept through /reset and context trimming)."""
+        check_prompt_text(text, "system prompt")
         self.system_prompt = text or None
         rest = [m for m in self.messages if m["role"] != "system"]
         self.messages = ([{"role": "system", "content": text}] if text else []) + rest
@@ -133,7 +135,7 @@ class ChatSession:
         The reply enters the history when iteration ends, also when it is cut
         short (Ctrl-C): what was shown is what is remembered.
         """
-        self.messages.append({"role": "user", "content": text})
+        self.messages.append({"role": "user", "content": check_prompt_text(text, "message")})
         try:
             rendered, tokens, dropped = self._fit()
         except SpecLlamaError:

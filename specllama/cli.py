@@ -8,6 +8,7 @@ Flags follow llama.cpp's names. Library errors become one-line
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import click
@@ -27,7 +28,7 @@ from .cli_flags import (
 from .cli_group import main  # noqa: F401 (specllama.cli:main, the entry point)
 from .colors import color_enabled, legend, styled
 from .demo import DEMO_CHAT
-from .generate import stream_generate
+from .generation import stream_generate
 from .opener import open_engine
 from .options import DEFAULT_MAX_TOKENS, DEFAULT_RULE, RULES, sampling_params
 
@@ -70,7 +71,7 @@ def generate(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draf
             out = {"text": "".join(pieces), "tokens": tokens, "origins": origins, "finish_reason": finish}
             out.update(stats.as_dict() if stats else {})
             if o["draft_max"] > 0:
-                out["policy"] = engine.policy.describe(o["draft_max"])  # what the draft lengths rested on
+                out["policy"] = engine.policy.describe(engine.draft_cap(o["draft_max"]))  # what k rested on
             click.echo(json.dumps(out))
         else:
             click.echo("")
@@ -249,7 +250,7 @@ def pair(target, dirs, save_as, n_gpu_layers, n_gpu_layers_draft, threads) -> No
     click.echo(f"best draft: {best.candidate.model.ref} ({pair_measure.verdict_word(best)})")
     if save_as is not None:
         saved = pair_measure.save_winner(save_as, pairing.target_ref(target), measured)
-        click.echo(f"saved as {save_as!r} in {saved}: use --pair {save_as}")
+        click.echo(f"saved as {save_as!r} in {saved}: use --pair {shlex.quote(save_as)}")
 
 
 @click.command("rpc-server")

@@ -159,7 +159,8 @@ def temp_option(help: str = "Temperature (0: greedy).", default: float = DEFAULT
 
 
 def draft_max_option(default: int = DEFAULT_DRAFT_MAX,
-                     help: str = "Most tokens drafted per target pass (0: no draft). The length adapts below it."):
+                     help: str = "Most tokens drafted per target pass (0: no draft; at most 511, what one target "
+                                 "batch holds beside its first row). The length adapts below it."):
     """``--draft-max`` (llama.cpp's ``--spec-draft-n-max``): one draft length."""
     return click.option("--draft-max", "--spec-draft-n-max", "draft_max", type=click.IntRange(min=0), default=default,
                         show_default=True, help=help)

@@ -7,7 +7,7 @@ from typing import IO, Iterable
 
 import click
 
-from .generate import DRAFT, TARGET
+from .generation import DRAFT, TARGET
 
 COLOR_MODES = ("auto", "always", "never")
 STYLES = {DRAFT: {"fg": "green"}, TARGET: {"fg": "yellow"}}

@@ -142,8 +142,9 @@ def spec_from_options(*, grammar: object = None, json_schema: object = None, res
                               regex=regex)
     if len(given) > 1:
         names = " and ".join(given)
-        raise SpecLlamaError(f"{names} were given together: a request takes at most one of grammar, json_schema, "
-                             f"response_format (and regex)", param=list(given)[1])
+        accepted = "grammar, json_schema, response_format" + (", regex" if "regex" in given else "")
+        raise SpecLlamaError(f"{names} were given together: a request takes at most one of {accepted}",
+                             param=list(given)[1])
     if not given:
         return None
     name, value = next(iter(given.items()))

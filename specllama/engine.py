@@ -220,6 +220,11 @@ class SpeculativeEngine:
             if agreement is not None:
                 self.policy.observe_agreement(*agreement)
 
+    def draft_cap(self, draft_max: int) -> int:
+        """The most drafts a pass can take: ``draft_max``, but no more than one target batch holds beside the
+        pass's first row (a larger draft length is this one)."""
+        return max(min(draft_max, self.target.n_batch - 1), 0)
+
     def _notice(self, cap: int) -> None:
         """Once per loaded pair: the policy decodes target-only because even
         perfect acceptance cannot pay, with the measured costs."""
@@ -301,7 +306,7 @@ class SpeculativeEngine:
         Otherwise the draft is not fed: it catches up, lazily and timed, when
         drafting resumes."""
         return self.drafter is not None and draft_max > 0 and self.alone() and (
-            not adaptive or self.policy.drafting(draft_max))
+            not adaptive or self.policy.drafting(self.draft_cap(draft_max)))
 
     def steps(
         self,
@@ -348,8 +353,8 @@ class SpeculativeEngine:
         Yields:
             one :class:`Step` per target pass; the last has a finish_reason.
         """
-        if self.drafter is None:
-            draft_max = 0
+        draft_max = self.draft_cap(draft_max) if self.drafter is not None else 0
+        draft_min = min(draft_min, draft_max)
         policy = self.policy if adaptive else FixedPolicy(draft_max, self.policy)
         seq = list(prompt_tokens)
         if self.batch is not None:

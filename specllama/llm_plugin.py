@@ -27,7 +27,7 @@ from pydantic import Field
 from .demo import DEMO_CHAT
 from .drafters import PROMPT_LOOKUP
 from .errors import SpecLlamaError
-from .generate import DEFAULT_DRAFT_MAX
+from .generation import DEFAULT_DRAFT_MAX
 from .sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 
 PREFIX = "specllama-"

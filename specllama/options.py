@@ -2,7 +2,7 @@
 
 Every surface (the CLI, ``SpeculativeLlama``, the HTTP server) turns its
 input into one frozen :class:`GenerationOptions` record, the options of
-:func:`specllama.generate.stream_generate`, through
+:func:`specllama.generation.stream_generate`, through
 :func:`generation_options`. Surfaces differ only in a *convention*: what a
 value means where their users come from.
 
@@ -457,9 +457,9 @@ def apply_samplers(call: dict, samplers: object) -> tuple[dict, bool]:
     return call, "infill" in samplers
 
 
-def check_prompt_text(prompt: str) -> str:
-    """A text prompt must be valid Unicode that encodes as UTF-8 (a shell
-    can hand over raw bytes that do not)."""
+def check_prompt_text(prompt: str, what: str = "prompt") -> str:
+    """A text prompt (or a chat's ``what``) must be valid Unicode that encodes as UTF-8 (a shell or a pipe can hand
+    over raw bytes that do not)."""
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -468,7 +468,7 @@ def check_prompt_text(prompt: str) -> str:
         except UnicodeEncodeError:
             raw = prompt[e.start:e.end].encode("utf-8", "backslashreplace")  # a lone surrogate
         raise SpecLlamaError(
-            f"the prompt is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text", param="prompt"
+            f"the {what} is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text", param="prompt"
         ) from None
     return prompt
 

@@ -59,7 +59,7 @@ def measure_drafts(target: str, drafts: list[Candidate], *, n_tokens: int = PAIR
                                      seed=seed, base_params=SamplingParams(temperature=0.0), on_run=on_run,
                                      llama_cpp=False)
             fixed, default = (next(r for r in result.rows if r.adaptive is adaptive) for adaptive in (False, True))
-            cannot_pay = engine.policy.verdict(draft_max) is not None
+            cannot_pay = engine.policy.verdict(engine.draft_cap(draft_max)) is not None
             out.append(Measured(c, fixed.acceptance_rate, fixed.tokens_per_pass, fixed.predicted_speedup,
                                 fixed.speedup, default.speedup, cannot_pay, result.verdict))
     return out

@@ -134,7 +134,11 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
                 click.secho("(conversation cleared)", err=True, dim=True)
             elif cmd == "/system" or cmd.startswith("/system "):
                 had = session.system_prompt is not None
-                session.set_system(cmd[len("/system"):].strip())
+                try:
+                    session.set_system(cmd[len("/system"):].strip())
+                except SpecLlamaError as e:
+                    click.secho(f"Error: {e}", err=True)
+                    continue
                 note = ("(system prompt set)" if session.system_prompt else
                         "(system prompt removed)" if had else "(no system prompt is set)")
                 click.secho(note, err=True, dim=True)

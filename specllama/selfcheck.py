@@ -39,7 +39,7 @@ from .chisquare import GoodnessOfFit, detectable_effect, goodness_of_fit, pooled
 from .constraint import GrammarSpec, LLGuidanceConstraint, masked
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .generate import tokenize_prompt
+from .generation import tokenize_prompt
 from .options import DEFAULT_RULE, check_draft, check_rule
 from .processors import Processor, processed
 from .sampling import SamplingParams, to_probs

@@ -276,7 +276,9 @@ def tool_grammar(request: ToolRequest, tags: Tags) -> GrammarSpec | None:
     if defs:
         schema["$defs"] = defs
     schema["x-guidance"] = dict(JSON_LAYOUT)
-    more = ' ("\\n" call)*' if request.parallel else ""
+    # where more calls may follow, the line break after the last may end the reply too: models write one there,
+    # then end (a grammar that read it only as the start of another call forced calls until max_tokens)
+    more = ' ("\\n" call)* "\\n"?' if request.parallel else ""
     lines = [f"calls: call{more}",
              f"call: {tags.open} body",
              f"body: \"\\n\" %json {json.dumps(schema)} \"\\n\" {tags.close}"]

@@ -14,7 +14,7 @@ import pytest
 
 from specllama import SpeculativeLlama
 from specllama.errors import SpecLlamaError
-from specllama.generate import generate
+from specllama.generation import generate
 from specllama.sampling import SamplingParams, to_probs
 
 from .conftest import PIRATE

@@ -4,6 +4,7 @@ in a real pseudo-terminal."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 
 import pytest
@@ -165,6 +166,23 @@ def test_system_command_help_and_unknown(tiny_pair):
     assert "(system prompt set)" in r.stderr and "(system prompt removed)" in r.stderr
     assert ("unknown command '/nope'; commands: /help, /stats, /reset, /system, /exit "
             "(start a message with // to send a literal /)") in r.stderr
+
+
+def test_bytes_that_are_not_utf8_get_a_one_line_error_and_the_session_goes_on(tiny_pair):
+    """A pipe (or a terminal in another encoding) hands the REPL raw bytes: each bad message or system prompt is
+    refused in one line, the next message gets its reply (a traceback ended the session before)."""
+    script = b"caf\xe9\n/system x\xff\nhello\n"
+    r = subprocess.run([sys.executable, "-m", "specllama", "chat", "-m", tiny_pair[0], "-md", tiny_pair[1], *FIXED,
+                        "-c", "256", "-n", "4"], input=script, capture_output=True, timeout=120)
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 0 and "Traceback" not in err, err
+    assert "Error: the message is not valid UTF-8 (bytes b'\\xe9' at position 3); give UTF-8 text" in err
+    assert "Error: the system prompt is not valid UTF-8 (bytes b'\\xff' at position 1); give UTF-8 text" in err
+    assert err.count("4 tokens, ") == 1  # "hello" got its reply
+    r = subprocess.run([sys.executable, "-m", "specllama", "chat", "-m", tiny_pair[0], "-md", tiny_pair[1], *FIXED,
+                        "-sys", b"a\xff"], input=b"hello\n", capture_output=True, timeout=120)
+    assert (r.returncode, r.stderr.decode().strip().splitlines()[-1]) == (
+        1, "Error: the system prompt is not valid UTF-8 (bytes b'\\xff' at position 1); give UTF-8 text")
 
 
 def test_multiline_input(tiny_pair):

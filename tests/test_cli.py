@@ -16,7 +16,7 @@ import pytest
 from specllama import SpeculativeLlama
 from specllama.backend import LlamaModel
 from specllama.engine import SpeculativeEngine
-from specllama.generate import generate
+from specllama.generation import generate
 from specllama.options import processor_for
 from specllama.sampling import SamplingParams
 

@@ -23,7 +23,7 @@ import specllama.sampling as sampling
 from specllama.backend import LlamaModel
 from specllama.engine import SpeculativeEngine
 from specllama.errors import SpecLlamaError
-from specllama.generate import generate
+from specllama.generation import generate
 from specllama.options import processor_for
 from specllama.policy import AdaptivePolicy, MeasuredPolicy, PassRecord, Plan
 from specllama.sampling import SamplingParams

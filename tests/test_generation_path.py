@@ -14,7 +14,7 @@ import pytest
 from specllama import SpeculativeLlama
 from specllama.backend import LlamaModel
 from specllama.engine import SpeculativeEngine
-from specllama.generate import DRAFT, TARGET, generate
+from specllama.generation import DRAFT, TARGET, generate
 from specllama.sampling import SamplingParams
 
 from .cli_helpers import gen_json, invoke
@@ -88,6 +88,19 @@ def test_draft_max_1000_through_the_cli_fills_the_context_in_batch_long_drafts(t
     assert spec["n_prompt_tokens"] + spec["n_tokens"] == 701  # the whole context (the newest token unevaluated)
     assert spec["tokens"] == base["tokens"]
     assert spec["n_drafted"] > 600 and spec["n_target_passes"] <= 3  # blocks as long as a batch allows
+
+
+def test_a_draft_length_beyond_one_batch_is_one_batch_on_every_surface(tiny_pair):
+    """--draft-max 100000 (adaptive): the policy plans, reports and judges at most one batch less the pass's
+    first row (511 here); it asked numpy for a 100000 x 100000 array before (74.5 GiB: a traceback, a 500)."""
+    spec = gen_json(tiny_pair, "-n", "8", "--temp", "0", "--draft-max", "100000")
+    base = gen_json(tiny_pair, "-n", "8", "--temp", "0", "--draft-max", "0")
+    assert spec["tokens"] == base["tokens"] and len(spec["policy"]["acceptance_by_position"]) == 511
+    with SpeculativeLlama(tiny_pair[0], tiny_pair[1], n_ctx=700, n_threads=1, verbose=False) as llm:
+        assert llm.engine.draft_cap(10 ** 6) == llm.engine.target.n_batch - 1 == 511
+        out = llm.create_completion(PROMPT, max_tokens=8, temperature=0, draft_max=10 ** 6)
+        assert out["choices"][0]["text"] == llm.create_completion(PROMPT, max_tokens=8, temperature=0,
+                                                                  draft_max=0)["choices"][0]["text"]
 
 
 # -- stop strings ------------------------------------------------------------
@@ -202,7 +215,7 @@ def test_every_surface_gives_the_same_text_tokens_and_counts(tiny_pair):
 def test_origins_say_which_tokens_the_draft_proposed(tiny_engine):
     """Per pass: the accepted draft tokens come first ("draft"), then the one
     token the target sampled itself ("target")."""
-    from specllama.generate import stream_generate
+    from specllama.generation import stream_generate
 
     passes = []
     n_acc_before = n_drafted_before = 0

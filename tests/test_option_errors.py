@@ -140,7 +140,7 @@ def _checked_params() -> set[str]:
     """The names (before any ``[``) given as ``param=`` where a SpecLlamaError
     is raised in the validator modules, read from their source."""
     names = set()
-    for module in ("options.py", "chat_template.py", "processors.py", "generate.py", "tools.py"):
+    for module in ("options.py", "chat_template.py", "processors.py", "generation.py", "tools.py"):
         tree = ast.parse((Path(__file__).resolve().parent.parent / "specllama" / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.keyword) and node.arg == "param":

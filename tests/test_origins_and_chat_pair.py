@@ -13,9 +13,9 @@ import pytest
 
 from specllama import SpeculativeLlama
 from specllama.colors import MEANINGS, STYLES
-from specllama.generate import DRAFT, TARGET
+from specllama.generation import DRAFT, TARGET
 
-from .cli_helpers import invoke
+from .cli_helpers import invoke, one_line_error
 from .conftest import require_demo_extra
 
 PROMPT = "once upon a time there lived a king"
@@ -100,6 +100,9 @@ def test_chat_pair_greedy_speculative_equals_target_only(chat_pair):
     base, spec = gen("--draft-max", "0"), gen("--draft-fixed", "--draft-max", "6")
     assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
     assert spec["n_drafted"] > 0 and spec["acceptance_rate"] > 0.5 and spec["n_target_passes"] < 48
+    # its vocabulary puts no token first: an empty prompt holds none (the same words over HTTP and in Python)
+    r = invoke("generate", "--pair", "demo-chat", "-t", "1", "-c", "1024", "-p", "", "-n", "4")
+    assert one_line_error(r, 1) == "Error: the prompt is empty: it holds no token; give it some text"
 
 
 def test_chat_pair_answers_in_the_repl(chat_pair):

@@ -34,7 +34,7 @@ from specllama.backend import LlamaModel, supports_rpc
 from specllama.backend.rpc import CONNECT_TIMEOUT, probe, rebuild_command
 from specllama.engine import SpeculativeEngine
 from specllama.errors import SpecLlamaError
-from specllama.generate import generate
+from specllama.generation import generate
 from specllama.options import check_rpc_servers, check_tensor_split
 from specllama.sampling import SamplingParams
 

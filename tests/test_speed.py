@@ -16,7 +16,7 @@ from specllama.backend import plain_completion
 from specllama.cost_cache import costs_file
 from specllama.demo import cache_dir
 from specllama.engine import WARM_UP_DRAFTED, _draft_agreement
-from specllama.generate import generate
+from specllama.generation import generate
 from specllama.opener import open_engine as _open_engine
 from specllama.policy import DEFAULT_DRAFT_MAX, AdaptivePolicy, PassRecord, WarmUp
 from specllama.policy.acceptance import PRIOR_ACCEPT

@@ -84,6 +84,21 @@ def test_light_modules_do_not_load_llama_cpp_or_click(module):
     assert out.strip() == "[]"
 
 
+def test_every_public_name_is_what_it_names_whatever_was_imported_first():
+    """A public name that is also a submodule's (``generate`` was both) became the module once any import loaded
+    it: ``from specllama import generate`` after ``open_engine`` gave a module. No public name is a submodule's."""
+    code = ("import specllama, specllama.api, specllama.cli, specllama.opener, types\n"
+            "print(sorted(n for n in specllama.__all__ if isinstance(getattr(specllama, n), types.ModuleType)))\n"
+            "from specllama import generate, stream_generate\n"
+            "print(callable(generate), callable(stream_generate))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "True True"]
+    modules = {_module_name(p).rsplit(".", 1)[-1] for p in PACKAGE.rglob("*.py")}
+    import specllama
+
+    assert sorted(set(specllama.__all__) & modules) == []
+
+
 def test_former_public_names_still_work_with_a_deprecation_warning():
     import specllama
     from specllama import sampling

@@ -167,6 +167,10 @@ def test_the_grammar_with_token_tags_on_the_coder_vocabulary(coder_paths):
         assert consumed(single, CALL) == (True, True)
         assert consumed(single, CALL + "\n" + CALL)[0] is False
         assert consumed(single, "Sure." + CALL)[0] is False  # required: no text first
+        several = check_tools(tools=[WEATHER], tool_choice="required")
+        # the line break a model writes after its last call may end the reply, or open another call
+        assert consumed(several, CALL + "\n") == consumed(several, CALL + "\n" + CALL) == (True, True)
+        assert consumed(several, CALL + "\n\n")[0] is False
         assert consumed(check_tools(tools=[WEATHER, SWITCH], tool_choice="required"),
                         '<tool_call>\n{"name": "switch", "arguments": {"on": true}}\n</tool_call>') == (True, True)
         wrong_args = '<tool_call>\n{"name": "get_weather", "arguments": {"city": 5, "unit": "celsius"}}\n</tool_call>'
@@ -217,6 +221,10 @@ def test_spelled_out_tags_on_the_tiny_vocabulary(tiny_pair):
         assert _consume(_matcher(tok, auto, tags), model.tokenize("the king " + call, add_bos=False)) == (True, True)
         assert _consume(_matcher(tok, auto, tags), model.tokenize("the king <tool", add_bos=False)) == (True, True)
         assert _consume(_matcher(tok, auto, tags), model.tokenize("a <tool_call> b", add_bos=False))[0] is False
+        required = check_tools(tools=[SWITCH], tool_choice="required")  # (its tokenize puts no space first)
+        assert _consume(_matcher(tok, required, tags), tok.tokenize_str(call + "\n")) == (True, True)
+        assert _consume(_matcher(tok, required, tags), tok.tokenize_str(call + "\n" + call)) == (True, True)
+        assert _consume(_matcher(tok, required, tags), tok.tokenize_str(call + "\n\n"))[0] is False
 
 
 def test_schemas_with_definitions_and_non_object_parameters(tiny_pair):
@@ -382,6 +390,17 @@ def test_an_agent_loop_on_the_coder_pair(coder_client):
     assert "21" in answer.choices[0].message.content
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_required_call_ends_the_reply_where_more_calls_may_follow(coder_client, choice):
+    """With parallel calls allowed (OpenAI's default), the model writes one call and a line break, then ends: the
+    reply is that call, not calls forced after it until max_tokens (7 of them and "length" before)."""
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    reply = _ask(coder_client, messages, tool_choice=choice, max_tokens=150).choices[0]
+    assert reply.finish_reason == "tool_calls" and reply.message.content is None
+    (call,) = reply.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Paris"
+
+
 AGENT = ("You are a helpful assistant. Call a tool when you need data; once a tool's result is in, answer the "
          "user in words.")
 
@@ -437,7 +456,10 @@ def test_coder_pair_streamed_calls_equal_the_collected_ones_and_target_only(code
         (c.function.name, c.function.arguments) for c in calls]
     for c in calls:
         jsonschema.validate(json.loads(c.function.arguments), _schema(WEATHER))
-    assert [json.loads(c.function.arguments)["city"] for c in calls[:2]] == ["Paris", "Tokyo"]
+    # the model calls for the first city and ends; calls were forced after it
+    # until max_tokens when the grammar read the line break after a call only as the start of another
+    assert [json.loads(c.function.arguments)["city"] for c in calls] == ["Paris"]
+    assert whole.choices[0].finish_reason == "tool_calls"
 
 
 class Script:

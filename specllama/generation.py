@@ -95,7 +95,7 @@ def tokenize_prompt(engine: SpeculativeEngine, prompt: str | Sequence[int]) -> l
         raise SpecLlamaError(f"the prompt must be a string or a list of token ids, got {type(prompt).__name__}",
                              param="prompt")
     if not tokens:
-        raise SpecLlamaError("the prompt is empty (give some text with -p/--prompt)", param="prompt")
+        raise SpecLlamaError("the prompt is empty: it holds no token; give it some text", param="prompt")
     if target.n_ctx < 2:
         raise SpecLlamaError(f"a context of {target.n_ctx} token (-c/--ctx-size) cannot hold a prompt and a new "
                              "token: use -c 2 or more", param="prompt", code="context_length_exceeded")
