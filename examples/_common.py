@@ -2,6 +2,7 @@
 base model), -m/-md to choose."""
 
 import argparse
+import sys
 
 import specllama
 from specllama.demo import demo_chat_pair
@@ -19,6 +20,8 @@ def parse(description: str, default_draft: str | None = None, n: int = 64, chat:
         target, draft = demo_chat_pair() if chat else specllama.demo_pair()
         args.model = target
         args.model_draft = args.model_draft or default_draft or draft
+        print(f"(the {'chat ' if chat else ''}demo pair: {target} with {args.model_draft}; -m/-md for another)",
+              file=sys.stderr)
     args.model_draft = args.model_draft or default_draft
     if args.model_draft is None:
         ap.error("give a draft with -md (a GGUF file or prompt-lookup)")

@@ -296,7 +296,7 @@ def run_bench(
                              f"got {list(draft_maxes)}")
     if repeat < 1:
         raise SpecLlamaError(f"repeat must be >= 1, got {repeat}")
-    draft_maxes = list(dict.fromkeys(engine.draft_cap(k) for k in draft_maxes))  # (a pass holds one batch)
+    draft_maxes = draft_lengths(engine, draft_maxes)
     encoded = [engine.target.tokenize(text) for _, text in prompts]
     for (name, _), toks in zip(prompts, encoded):
         if len(toks) + n_tokens + max(draft_maxes) + 1 > engine.target.n_ctx:
@@ -343,6 +343,12 @@ def run_bench(
     peak_mb = peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
     verdict = engine.policy.costs_in_words(cap)
     return BenchResult(rows, n_tokens, repeat, [name for name, _ in prompts], peak_mb, verdict)
+
+
+def draft_lengths(engine, draft_maxes: Sequence[int]) -> list[int]:
+    """The draft lengths a sweep runs: each at most what one target batch holds beside the pass's first row
+    (:meth:`~specllama.engine.SpeculativeEngine.draft_cap`), once each."""
+    return list(dict.fromkeys(engine.draft_cap(k) for k in draft_maxes))
 
 
 def n_runs(n_prompts: int, temperatures: Sequence[float], draft_maxes: Sequence[int], repeat: int,

@@ -102,8 +102,8 @@ def chat(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, t
                                    banned=engine.target.eog_tokens() if o["ignore_eos"] else ())
         template = template_for(engine.target, chat_format)
         session = ChatSession(engine, template, system_prompt, options)
-        draft = ("no draft" if engine.drafter is None else
-                 f"draft {engine.draft.path if engine.draft else 'prompt-lookup'} (--draft-max {o['draft_max']})")
+        source, cap = engine.draft.path if engine.draft else "prompt-lookup", engine.draft_cap(o["draft_max"])
+        draft = "no draft" if engine.drafter is None else f"draft {source} (--draft-max {cap})"
         repl.run(session, banner=f"specllama chat: {engine.target.path}, {draft}; {template.origin}. "
                                  "/help for commands.", color=color_enabled(o["color"], sys.stdout))
 
@@ -147,7 +147,8 @@ def _word_list(choices):
 @filter_options
 @click.option("--draft-max", "--spec-draft-n-max", "draft_maxes", metavar="1,2,4,8", default=None,
               callback=_number_list(int, "draft lengths", 1),
-              help="Fixed draft lengths to sweep (default 1,2,4,8); the adaptive row is capped at the largest.")
+              help="Fixed draft lengths to sweep (default 1,2,4,8; above 511, what a target batch holds beside its "
+                   "first row: 511); the adaptive row is capped at the largest.")
 @click.option("--temp", "temperatures", metavar="0,0.8", default=None,
               callback=_number_list(float, "temperatures", 0), help="Temperatures to sweep (default 0,0.8).")
 @n_predict_option(None, "Tokens per run (default 48; --quick 32).", allow_all=False)
@@ -186,7 +187,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
     base = sampling_params(temperature=0.0, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     with open_engine(model, model_draft, pair=pair, n_ctx=ctx_size, n_gpu_layers=n_gpu_layers,
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads, **load_kwargs(o)) as engine:
-        rules = rules or [DEFAULT_RULE]
+        rules, draft_maxes = rules or [DEFAULT_RULE], b.draft_lengths(engine, draft_maxes)
         total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat, len(rules), baseline)
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
             result = b.run_bench(engine, prompts, temperatures=temperatures, draft_maxes=draft_maxes,

@@ -3,6 +3,7 @@ send it to the :class:`ChatSession`, stream the reply."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from typing import Callable
@@ -99,6 +100,10 @@ def run(session: ChatSession, *, read: Callable[[str], str] = input, banner: str
     """Run the chat until /exit or end of input (``color``: replies coloured
     by token origin)."""
     save_history = _setup_line_editing()
+    if read is input and isinstance(sys.stdin, io.TextIOWrapper):
+        # bytes that are not UTF-8 come through as surrogates whatever the locale, for the one-line error of
+        # check_prompt_text (a strict stdin, as in most locales other than C, raised on reading them)
+        sys.stdin.reconfigure(errors="surrogateescape")
     if banner:
         click.secho(banner, err=True, dim=True)
     if color:

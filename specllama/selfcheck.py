@@ -358,7 +358,7 @@ def run_verify(
         raise SpecLlamaError(f"the number of samples must be an integer >= 1, got {n_samples!r}")
     if not (isinstance(alpha, float) and 0.0 < alpha < 0.5):
         raise SpecLlamaError(f"alpha must be a number in (0, 0.5), got {alpha!r}")
-    draft_max, _ = check_draft(draft_max)
+    draft_max = engine.draft_cap(check_draft(draft_max)[0])
     rule = check_rule(rule)
     target = engine.target
     prompt_tokens = tokenize_prompt(engine, prompt)

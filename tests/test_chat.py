@@ -3,6 +3,7 @@ in a real pseudo-terminal."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -172,8 +173,9 @@ def test_bytes_that_are_not_utf8_get_a_one_line_error_and_the_session_goes_on(ti
     """A pipe (or a terminal in another encoding) hands the REPL raw bytes: each bad message or system prompt is
     refused in one line, the next message gets its reply (a traceback ended the session before)."""
     script = b"caf\xe9\n/system x\xff\nhello\n"
+    strict = dict(os.environ, PYTHONIOENCODING="utf-8:strict")  # stdin as most locales read it (C's escapes)
     r = subprocess.run([sys.executable, "-m", "specllama", "chat", "-m", tiny_pair[0], "-md", tiny_pair[1], *FIXED,
-                        "-c", "256", "-n", "4"], input=script, capture_output=True, timeout=120)
+                        "-c", "256", "-n", "4"], input=script, capture_output=True, timeout=120, env=strict)
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode == 0 and "Traceback" not in err, err
     assert "Error: the message is not valid UTF-8 (bytes b'\\xe9' at position 3); give UTF-8 text" in err

@@ -148,6 +148,11 @@ def test_per_request_speculation_off(client, http):
         assert off["speculative"]["n_target_passes"] == 12
     assert spec["speculative"]["n_drafted"] > 0
     assert nested.choices[0].text == dotted["choices"][0]["text"] == spec["choices"][0]["text"]  # exact either way
+    # beyond one target batch: that batch less the pass's first row (a 500 before: the policy's 100000-row arrays)
+    huge = http.post(COMPLETIONS, json=dict(base, **{"speculative.n_max": 100000}))
+    assert huge.status_code == 200 and huge.json()["choices"][0]["text"] == spec["choices"][0]["text"]
+    native = http.post("/completion", json={"prompt": PROMPT, "n_predict": 4, "speculative.n_max": 100000}).json()
+    assert native["generation_settings"]["speculative.n_max"] == min(512, CTX) - 1
 
 
 def test_logit_bias_with_string_keys(client, http):

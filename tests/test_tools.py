@@ -75,6 +75,16 @@ FORMS = {
 }
 
 
+def test_a_line_break_after_the_last_call_is_no_content():
+    """What a "required" reply may end with since the grammar lets the line break after a call end it: two calls
+    and their trailing line break read back as the two calls and no content, whatever the pieces."""
+    text = CALL + "\n" + CALL.replace("Pa\\\"ris}", "Tokyo") + "\n"
+    for seed in range(100):
+        reader, out = _read(text, seed)
+        assert reader.content == "".join(p for p in out if isinstance(p, str)) == ""
+        assert [json.loads(c["function"]["arguments"])["city"] for c in reader.calls] == ['Pa"ris}', "Tokyo"]
+
+
 def _read(text: str, seed: int, names=("get_weather", "switch")) -> tuple[ReplyReader, list]:
     """``text`` fed to a reader in random pieces of 1-9 characters."""
     rng, reader, out, i = random.Random(seed), ReplyReader(list(names)), [], 0

@@ -176,7 +176,8 @@ def create_app(worker: Worker, settings: ServerSettings) -> FastAPI:
         return {"object": "list", "data": [{
             "id": settings.alias, "object": "model", "created": started, "owned_by": "specllama",
             "meta": {"target": llm.model_path, "draft": draft, "n_ctx": engine.target.n_ctx,
-                     "n_vocab": engine.target.n_vocab, "draft_max": llm.draft_max, "adaptive": llm.adaptive}}]}
+                     "n_vocab": engine.target.n_vocab, "draft_max": engine.draft_cap(llm.draft_max),
+                     "adaptive": llm.adaptive}}]}
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -102,7 +102,8 @@ def _settings(llm: SpeculativeLlama, req: _Native, kwargs: dict, model: str) -> 
             "model": model, "temperature": kwargs.get("temperature"), "top_k": kwargs.get("top_k"),
             "top_p": kwargs.get("top_p"), "min_p": kwargs.get("min_p"), "seed": kwargs.get("seed"),
             "samplers": req.samplers, "stop": kwargs.get("stop") or [], "n_indent": req.n_indent or 0,
-            "t_max_predict_ms": req.t_max_predict_ms or 0, "speculative.n_max": kwargs.get("draft_max", llm.draft_max),
+            "t_max_predict_ms": req.t_max_predict_ms or 0,
+            "speculative.n_max": llm.engine.draft_cap(kwargs.get("draft_max", llm.draft_max)),
             "stream": bool(req.stream), "cache_prompt": req.cache_prompt}
 
 
