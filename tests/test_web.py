@@ -329,7 +329,9 @@ def test_stop_ends_the_generation_on_the_server(driver, chat_server, shots):
     _send(driver, count)
     _until(driver, lambda d: _replies(d) and len(_replies(d)[0].find_elements("class name", "pass")) >= 3,
            "the reply to start")
-    driver.find_element("id", "stop").click()
+    # the button's own click (a disabled one ignores it), not one at its place on the page: the composer moves down
+    # as each pass lengthens the reply, and on a busy machine WebDriver's click landed on the reply text instead
+    driver.execute_script("arguments[0].click()", driver.find_element("id", "stop"))
     reply = _wait_reply(driver, 1, state="stopped")
     assert reply.find_element("class name", "note").text == "(stopped)"
     shown = int(reply.find_element("class name", "stats").get_attribute("data-tokens"))
