@@ -89,7 +89,7 @@ def load_prompts(path: str) -> list[tuple[str, str]]:
     p = Path(path)
     if p.is_dir():
         raise SpecLlamaError(f"prompts file {path!r} is a directory (give a file: text lines or JSONL)")
-    if not p.is_file():
+    if not p.exists():  # (a pipe, such as the shell's <(...), is read as a file)
         raise SpecLlamaError(f"prompts file not found: {path!r} (text lines or JSONL with a \"prompt\" key)")
     try:
         text = p.read_text(encoding="utf-8")

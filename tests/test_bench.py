@@ -4,6 +4,7 @@ tiny models; the plot; bad input."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -170,6 +171,18 @@ def test_a_json_line_without_a_prompt_key_is_one_line(tiny_pair, tmp_path):
     f.write_text('{"text": "the cat"}\n')
     r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", str(f))
     assert one_line_error(r, 1) == f'Error: {str(f)!r} line 1: a JSON line needs a "prompt" key'
+
+
+def test_prompts_from_a_pipe_and_from_dev_null(tiny_pair, tmp_path):
+    read, write = os.pipe()  # what the shell's --prompts <(printf ...) passes: /dev/fd/N, not a regular file
+    os.write(write, b"the cat sat\n")
+    os.close(write)
+    try:
+        assert load_prompts(f"/dev/fd/{read}") == [("line 1", "the cat sat")]
+    finally:
+        os.close(read)
+    r = invoke("bench", "-m", tiny_pair[0], "-md", tiny_pair[1], "--prompts", os.devnull)
+    assert one_line_error(r, 1) == f"Error: prompts file {os.devnull!r} is empty: give one prompt per line, or JSONL"
 
 
 def test_a_directory_for_prompts_is_refused(tiny_pair, tmp_path):

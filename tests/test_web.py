@@ -35,7 +35,7 @@ QUESTION = "What is the capital of France?"
 MAX_TOKENS = 48
 CANCELLED = 'specllama_requests_total{endpoint="/v1/chat/completions",outcome="cancelled"}'
 OK = 'specllama_requests_total{endpoint="/v1/chat/completions",outcome="ok"}'
-DESKTOP, PHONE = (1100, 900), (390, 844)
+DESKTOP, PHONE, SHORT = (1100, 900), (390, 844), (1100, 560)
 
 
 def _missing() -> list[str]:
@@ -321,17 +321,34 @@ def test_new_chat_mid_reply_starts_afresh(driver, chat_server):
     assert _reply_text(_wait_reply(driver, 1)) == _joined(passes)
 
 
+def _rect(driver, element) -> dict:
+    return driver.execute_script("const r = arguments[0].getBoundingClientRect(); "
+                                 "return {top: r.top, bottom: r.bottom, height: window.innerHeight}", element)
+
+
 def test_stop_ends_the_generation_on_the_server(driver, chat_server, shots):
-    _open(driver, chat_server)
+    _open(driver, chat_server, size=SHORT)
     _settings(driver, temperature="0", seed="0", max_tokens="1500")
     before = _metrics(chat_server)
     count = "Count from 1 to 1000, with each number in words."
     _send(driver, count)
-    _until(driver, lambda d: _replies(d) and len(_replies(d)[0].find_elements("class name", "pass")) >= 3,
-           "the reply to start")
-    # the button's own click (a disabled one ignores it), not one at its place on the page: the composer moves down
-    # as each pass lengthens the reply, and on a busy machine WebDriver's click landed on the reply text instead
-    driver.execute_script("arguments[0].click()", driver.find_element("id", "stop"))
+
+    def passes(d):
+        return len(_replies(d)[0].find_elements("class name", "pass")) if _replies(d) else 0
+
+    _until(driver, lambda d: passes(d) >= 3 and d.execute_script(
+        "const r = document.scrollingElement; return r.scrollHeight > r.clientHeight + 100"), "the reply to overflow")
+    # a long reply streams above the composer, which stays at the window's foot: the Stop button in view, in one
+    # place from pass to pass, and the page following the reply's last pass just above it
+    stop, composer = driver.find_element("id", "stop"), driver.find_element("id", "chat-form")
+    seen = passes(driver)
+    where = _rect(driver, stop)
+    _until(driver, lambda d: passes(d) > seen, "another pass")
+    assert 0 <= where["top"] and where["bottom"] <= where["height"], where
+    assert abs(_rect(driver, stop)["top"] - where["top"]) < 1
+    last = _replies(driver)[0].find_elements("class name", "pass")[-1]
+    assert _rect(driver, last)["bottom"] <= _rect(driver, composer)["top"] + 1
+    stop.click()
     reply = _wait_reply(driver, 1, state="stopped")
     assert reply.find_element("class name", "note").text == "(stopped)"
     shown = int(reply.find_element("class name", "stats").get_attribute("data-tokens"))

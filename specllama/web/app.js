@@ -184,19 +184,25 @@ class Tally {
   }
 }
 
-// follow the reply only if the reader has not scrolled up to read something else
+// follow the reply only if the reader has not scrolled up to read something else: following keeps the page at
+// its foot, where the reply's last line sits just above the composer (which stays in view: style.css)
 function nearBottom() {
   const root = document.scrollingElement;
   return root.scrollHeight - root.scrollTop - root.clientHeight < 80;
+}
+
+function toFoot() {
+  const root = document.scrollingElement;
+  root.scrollTop = root.scrollHeight;
 }
 
 function bubble(role, text) {
   const el = document.createElement("div");
   el.className = `message ${role}`;
   if (text !== undefined) el.textContent = text;
-  const follow = nearBottom();
+  const follow = role === "user" || nearBottom(); // a message sent takes the page to its foot, to follow its reply
   $("messages").append(el);
-  if (follow) el.scrollIntoView({ block: "end" });
+  if (follow) toFoot();
   return el;
 }
 
@@ -256,7 +262,7 @@ async function send() {
       body.append(passElement(o, tally.passes));
       answer += piece;
       tally.show(stats);
-      if (follow) reply.scrollIntoView({ block: "end" });
+      if (follow) toFoot();
     });
     tally.show(stats, result);
     reply.dataset.state = "done";
