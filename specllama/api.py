@@ -12,6 +12,7 @@ and its chunks into llama-cpp-python's dicts.
 
 from __future__ import annotations
 
+import codecs
 import os
 import threading
 import time
@@ -408,6 +409,7 @@ class SpeculativeLlama:
         options = self._options(call, unsupported, draft_max)
         if infill:
             options = replace(options, params=replace(options.params, infill=self._target.infill_vocab()))
+        given = prompt  # what echo repeats: the prompt as given (with a suffix, not the FIM prompt built from it)
         if suffix is not None:
             if not isinstance(prompt, str) or not isinstance(suffix, str):
                 raise SpecLlamaError("suffix (fill in the middle) takes a text prompt and a text suffix, got "
@@ -416,7 +418,7 @@ class SpeculativeLlama:
         prompt_tokens = tokenize_prompt(self.engine, prompt)  # errors come at the call, not at the first chunk
         options = _fill_context(options, prompt_tokens, self._target.n_ctx)
         # the prompt as given (a token prompt, as its text)
-        prompt_text = prompt if isinstance(prompt, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
+        prompt_text = given if isinstance(given, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
             prompt_tokens, options, model, prompt_text if echo else "", usage=not stream, timings=timings,
             offset=len(prompt_text), origins=origins)), prompt_tokens)
@@ -511,7 +513,8 @@ class SpeculativeLlama:
         chunks = _Stream(self._turns, lambda: _chat_chunks(
             self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
-            lambda t: (self._token_text(t), self._target.token_bytes(t)), reader), prompt_tokens)
+            lambda t: (self._target.token_bytes(t).decode("utf-8", "ignore"), self._target.token_bytes(t)), reader),
+            prompt_tokens)  # (chat's entries carry the bytes: a piece of a character is "" as token)
         return chunks if stream else collect_chat(chunks)
 
     def fim_prompt(self, prefix: str, suffix: str, *, prompt: str = "", input_extra: object = None,
@@ -607,7 +610,13 @@ class SpeculativeLlama:
         return self.slots.engine_here() if self.slots is not None else self.engine
 
     def _token_text(self, token: int) -> str:
-        return self._target.token_bytes(token).decode("utf-8", errors="ignore")
+        """A token's text for logprobs; a token that is not whole UTF-8 (part of a character) as OpenAI writes it,
+        ``bytes:\\xe6\\x97``."""
+        raw = self._target.token_bytes(token)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
     def _completion_chunks(self, prompt_tokens: list[int], options: GenerationOptions, model: str | None,
                            echo_text: str, *, usage: bool, timings: bool = False, offset: int = 0,
@@ -626,11 +635,12 @@ class SpeculativeLlama:
 
         if echo_text:
             yield chunk(echo_text, None)
-        last = None
+        last, entries = None, _LogprobEntries(self._target.token_bytes)
         for last in self._stream(prompt_tokens, options):
             lp = None
-            if options.logprobs is not None and last.tokens:
-                lp, offset = self._logprobs(last, offset)
+            if options.logprobs is not None:
+                entries.add(last)
+                lp = self._logprobs(entries.release(last), offset)
             if last.text or lp or (origins and last.tokens):
                 out = chunk(last.text, None, lp)
                 if origins:
@@ -644,25 +654,24 @@ class SpeculativeLlama:
             final["usage"] = {"prompt_tokens": stats.n_prompt_tokens, "completion_tokens": stats.n_tokens,
                               "total_tokens": stats.n_prompt_tokens + stats.n_tokens}
         final["speculative"] = stats.speculative()
-        if timings:
+        if timings:  # (llama-server's extras, for its own endpoints)
             final["timings"] = stats.timings()
+            final["stopping_word"] = last.stop_word or ""
         yield final
 
-    def _logprobs(self, chunk: Chunk, offset: int) -> tuple[dict, int]:
-        """llama-cpp-python's completion ``logprobs`` object for a chunk's tokens."""
-        texts = [self._token_text(t) for t in chunk.tokens]
-        offsets = []
-        for t in texts:
-            offsets.append(offset)
-            offset += len(t)
+    def _logprobs(self, entries: list[tuple[int, float, list, int]], offset: int) -> dict | None:
+        """llama-cpp-python's completion ``logprobs`` object for released entries (:class:`_LogprobEntries`);
+        ``text_offset`` counts from ``offset`` (where the completion starts)."""
+        if not entries:
+            return None
         return {
-            "tokens": texts,
-            "text_offset": offsets,
-            "token_logprobs": [lp for lp, _ in chunk.logprobs],
-            "top_logprobs": [_first_per_text((self._token_text(t), v) for t, v in top) for _, top in chunk.logprobs],
+            "tokens": [self._token_text(tok) for tok, _, _, _ in entries],
+            "text_offset": [offset + start for _, _, _, start in entries],
+            "token_logprobs": [lp for _, lp, _, _ in entries],
+            "top_logprobs": [_first_per_text((self._token_text(t), v) for t, v in top) for _, _, top, _ in entries],
             # for chat's entries (token texts can collide; ids do not); removed from completions
-            "_ids": [(tok, lp, top) for tok, (lp, top) in zip(chunk.tokens, chunk.logprobs)],
-        }, offset
+            "_ids": [(tok, lp, top) for tok, lp, top, _ in entries],
+        }
 
 
 def _fill_context(options: GenerationOptions, prompt_tokens: list[int], n_ctx: int) -> GenerationOptions:
@@ -671,6 +680,37 @@ def _fill_context(options: GenerationOptions, prompt_tokens: list[int], n_ctx: i
     if options.max_tokens is not None:
         return options
     return replace(options, max_tokens=max(n_ctx - len(prompt_tokens), 1))
+
+
+class _LogprobEntries:
+    """The tokens' logprob entries, each released with the text it writes: an entry waits while its text is held
+    back (it may begin a stop string), and one whose text a stop string removed entirely is dropped at the end, so
+    the entries are those of the tokens that wrote the returned text (a token the stop string cuts in two keeps its
+    entry). Where each token's text starts is counted in characters of the decoded output, as the text is decoded
+    (invalid UTF-8 dropped: ``invalid_utf8="ignore"``)."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
+        self._token_bytes = token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+        self._decoded = 0  # characters decoded so far
+        self._shown = 0  # characters of text returned so far
+        self._waiting: list[tuple[int, float, list, int]] = []
+
+    def add(self, chunk: Chunk) -> None:
+        for tok, (lp, top) in zip(chunk.tokens, chunk.logprobs):
+            self._waiting.append((tok, lp, top, self._decoded))
+            self._decoded += len(self._decoder.decode(self._token_bytes(tok)))
+        self._shown += len(chunk.text)
+
+    def release(self, chunk: Chunk) -> list[tuple[int, float, list, int]]:
+        """The entries whose text has started to show; after the last chunk, all (those a stop string removed
+        dropped)."""
+        if chunk.finish_reason is not None and chunk.stop_word is None:
+            out, self._waiting = self._waiting, []
+            return out
+        n = sum(1 for _, _, _, start in self._waiting if start < self._shown)
+        out, self._waiting = self._waiting[:n], [] if chunk.finish_reason is not None else self._waiting[n:]
+        return out
 
 
 def _first_per_text(pairs) -> dict[str, float]:

@@ -59,6 +59,7 @@ class Chunk:
             back for a stop string goes with the token that released it).
         n_drafted, n_accepted: this target pass's draft length and how many
             of its drafts were kept (a chunk is one pass).
+        stop_word: on a "stop" at a stop string, that string.
     """
 
     text: str
@@ -71,6 +72,7 @@ class Chunk:
     pieces: list[tuple[str, str]] = field(default_factory=list)
     n_drafted: int = 0
     n_accepted: int = 0
+    stop_word: str | None = None
 
 
 @dataclass
@@ -197,7 +199,8 @@ def stream_generate(
                 if rest:
                     delta += rest
                     pieces.append((rest, origins[-1] if origins else TARGET))
-                yield Chunk(delta, tokens, finish, stats, origins, eog, lps, pieces, step.n_drafted, step.n_accepted)
+                yield Chunk(delta, tokens, finish, stats, origins, eog, lps, pieces, step.n_drafted, step.n_accepted,
+                            text.stop_word)
                 return
             if delta or tokens:
                 yield Chunk(delta, tokens, None, stats, origins, logprobs=lps, pieces=pieces,

@@ -21,6 +21,7 @@ class TextAssembler:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors)
         self._pending = ""
         self.stopped = False
+        self.stop_word: str | None = None  # the stop string that ended the text, once one did
 
     def push(self, piece: bytes) -> str:
         """Add one token's bytes; return the text that is now safe to show.
@@ -34,9 +35,10 @@ class TextAssembler:
         if not self._stop:
             out, self._pending = self._pending, ""
             return out
-        cut = min((i for i in (self._pending.find(s) for s in self._stop) if i >= 0), default=-1)
+        cut, word = min(((i, s) for s, i in ((s, self._pending.find(s)) for s in self._stop) if i >= 0),
+                        default=(-1, None))
         if cut >= 0:
-            self.stopped = True
+            self.stopped, self.stop_word = True, word
             out, self._pending = self._pending[:cut], ""
             return out
         hold = self._held_suffix_len()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 
@@ -168,20 +169,46 @@ def test_stopping_criteria_and_echo(spec):
 
 def test_logprobs_equal_llama_cpp(spec, tiny_pair):
     """Each token's log-probability (and the top alternatives) under the
-    target's distribution, as llama-cpp-python reports them."""
+    target's distribution, as llama-cpp-python reports them; a token that is
+    part of a character is OpenAI's bytes:\\xNN where llama-cpp-python has ""
+    (and merges such alternatives into one)."""
     reference = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False, logits_all=True, n_threads=THREADS)
     theirs = reference.create_completion(PROMPT, max_tokens=8, temperature=0, logprobs=3)["choices"][0]["logprobs"]
     reference.close()
     ours = spec.create_completion(PROMPT, max_tokens=8, temperature=0, logprobs=3)["choices"][0]["logprobs"]
     n = len(ours["tokens"])
     assert n == 8 and set(ours) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
-    assert ours["tokens"] == theirs["tokens"][:n] and ours["text_offset"] == theirs["text_offset"][:n]
+    assert [re.sub(r"^bytes:.*", "", t) for t in ours["tokens"]] == theirs["tokens"][:n]
+    assert any(t.startswith("bytes:") for t in ours["tokens"]) and ours["text_offset"] == theirs["text_offset"][:n]
     np.testing.assert_allclose(ours["token_logprobs"], theirs["token_logprobs"][:n], rtol=1e-5)
     for a, b in zip(ours["top_logprobs"], theirs["top_logprobs"]):
-        assert list(a) == list(b)[: len(a)]
-        np.testing.assert_allclose(list(a.values()), [b[k] for k in a], rtol=1e-5)
+        whole = [k for k in a if not k.startswith("bytes:")]
+        assert whole == [k for k in b if k][: len(whole)]
+        np.testing.assert_allclose([a[k] for k in whole], [b[k] for k in whole], rtol=1e-5)
     # greedy: each chosen token is the likeliest
     assert all(lp == max(top.values()) for lp, top in zip(ours["token_logprobs"], ours["top_logprobs"]))
+
+
+def test_logprobs_are_those_of_the_tokens_that_wrote_the_text(spec):
+    """At a stop string the entries end with the text (a token the stop string removed has none), streamed or
+    not, and each entry's text_offset is where its token's text starts; a token that is part of a character is
+    written as OpenAI writes it (bytes:\\xNN), not as an empty string."""
+    full = spec.create_completion(PROMPT, max_tokens=12, temperature=0, logprobs=1)["choices"][0]
+    tokens, text = full["logprobs"]["tokens"], full["text"]
+    assert "".join(t for t in tokens if not t.startswith("bytes:")) == text
+    assert any(re.fullmatch(r"bytes:(\\x[0-9a-f]{2})+", t) for t in tokens)
+    stop = text[3:5]
+    want = text[: text.index(stop)]
+    for stream in (False, True):
+        out = spec.create_completion(PROMPT, max_tokens=12, temperature=0, logprobs=1, stop=[stop], stream=stream)
+        chunks = list(out) if stream else [out]
+        got = "".join(c["choices"][0]["text"] for c in chunks)
+        lps = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0]["logprobs"]]
+        kept = [t for lp in lps for t in lp["tokens"]]
+        offsets = [o for lp in lps for o in lp["text_offset"]]
+        assert got == want and "".join(t for t in kept if not t.startswith("bytes:")) == want
+        assert kept == tokens[: len(kept)] and offsets == full["logprobs"]["text_offset"][: len(kept)]
+        assert offsets[-1] < len(PROMPT) + len(want)  # the last kept token wrote some of the text
 
 
 def test_chat_logprobs_have_openai_shape(spec):

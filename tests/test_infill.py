@@ -239,6 +239,10 @@ def test_infill_at_temperature_zero_speculative_and_target_only(coder_http):
     oai = coder_http.post("/v1/completions", json={"prompt": PREFIX + LINE, "suffix": SUFFIX, "max_tokens": 24,
                                                    "temperature": 0}).json()
     assert oai["choices"][0]["text"] == plain["content"]
+    # echo repeats the prompt as given, not the fill-in-the-middle prompt built from it and the suffix
+    echoed = coder_http.post("/v1/completions", json={"prompt": PREFIX + LINE, "suffix": SUFFIX, "max_tokens": 24,
+                                                      "temperature": 0, "echo": True}).json()
+    assert echoed["choices"][0]["text"] == PREFIX + LINE + plain["content"]
 
 
 def test_n_cmpl_indent_and_the_native_completion_stream(coder_http):
@@ -256,6 +260,13 @@ def test_n_cmpl_indent_and_the_native_completion_stream(coder_http):
     assert events[-1]["stop"] is True and all(e["stop"] is False for e in events[:-1])
     whole = coder_http.post("/completion", json={"prompt": "def fib(n):", "n_predict": 12, "temperature": 0}).json()
     assert "".join(e["content"] for e in events) == whole["content"] and whole["tokens_predicted"] == 12
+    assert (whole["stop_type"], whole["stopping_word"]) == ("limit", "")
+    # a stop string ends it as llama-server says so: "word", and which
+    word = whole["content"].strip().split()[0]
+    stopped = coder_http.post("/completion", json={"prompt": "def fib(n):", "n_predict": 12, "temperature": 0,
+                                                   "stop": ["@@", word]}).json()
+    assert (stopped["stop_type"], stopped["stopping_word"]) == ("word", word)
+    assert stopped["content"] == whole["content"][:whole["content"].index(word)]
 
 
 def test_models_without_fim_tokens_and_bad_chunks(tiny_pair, tmp_path):

@@ -225,6 +225,9 @@ BAD_REQUESTS = [
     (COMPLETIONS, {"prompt": 5}, 400, _error(
         "Invalid type for 'prompt': expected a string or a list of integers or a list of strings or a list of "
         "lists of integers, got 5.", "prompt", "invalid_type")),
+    (CHAT, {"messages": MESSAGES, "response_format": "json_object"}, 400, _error(
+        "Invalid type for 'response_format': expected an object of JSON values, got \"json_object\".",
+        "response_format", "invalid_type")),
     (CHAT, {"messages": MESSAGES, "stream_options": {"include_usage": "yes"}}, 400, _error(
         "Invalid type for 'stream_options.include_usage': expected a boolean, got \"yes\".",
         "stream_options.include_usage", "invalid_type")),
@@ -344,7 +347,7 @@ def test_a_body_over_the_size_limit_gets_413(http):
 def test_api_key(server):
     unauthorized = _error("an API key is needed: send the header 'Authorization: Bearer KEY'", None,
                           "invalid_api_key")
-    for path in ("/v1/models", "/metrics", "/tokenize"):
+    for path in ("/v1/models", "/metrics", "/slots", "/tokenize"):
         r = httpx.request("GET" if path != "/tokenize" else "POST", server.url + path, json={"content": "a"})
         assert (r.status_code, r.json()) == (401, unauthorized) and r.headers["www-authenticate"] == "Bearer"
     r = httpx.post(server.url + COMPLETIONS, json={"prompt": "hi"}, headers={"Authorization": "Bearer wrong"})

@@ -28,7 +28,7 @@ def test_stop_string_across_tokens_is_held_back_then_cut():
     assert t.push(b"hello E") == "hello "  # "E" may begin "END"
     assert t.push(b"N") == ""
     assert t.push(b"Dless") == ""
-    assert t.stopped
+    assert t.stopped and t.stop_word == "END"
     assert t.push(b"more") == "" and t.flush() == ""
 
 
@@ -37,9 +37,9 @@ def test_false_alarm_is_released():
     assert t.push(b"an E") == "an "
     assert t.push(b"gg") == "Egg"
     assert t.flush() == ""
-    assert not t.stopped
+    assert not t.stopped and t.stop_word is None
 
 
 def test_earliest_of_several_stop_strings():
     t = TextAssembler(["world", "lo w"])
-    assert t.push(b"hello world") == "hel"
+    assert t.push(b"hello world") == "hel" and t.stop_word == "lo w"

@@ -129,6 +129,8 @@ async def events(job: AsyncJob, worker: Worker, *, include_usage: bool, done: bo
     try:
         while (chunk := await job.next_chunk()) is not None:
             usage = chunk.pop("usage", usage)  # the API's last chunk has it (timings=True)
+            if done:  # (the stop string that ended it: for llama-server's own endpoints, not OpenAI's chunks)
+                chunk.pop("stopping_word", None)
             last = chunk
             yield _json(chunk, compact=not done)
         if job.outcome == OK:

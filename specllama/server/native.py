@@ -141,7 +141,7 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
     line's text is dropped, as llama-server does); ``t_max_predict_ms``: once
     a new line was written, the first chunk after that long ends it."""
     text = ""
-    stop_type, start = "none", None
+    stop_type, stopping_word, start = "none", "", None
     for chunk in run:
         if start is None:  # the first chunk: the prompt is in, generation starts (llama-server's clock)
             start = time.perf_counter()
@@ -157,7 +157,9 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
             if cut is not None:
                 break
         if chunk["choices"][0]["finish_reason"] is not None:
-            stop_type = "eos" if chunk["choices"][0]["finish_reason"] == "stop" else "limit"
+            stopping_word = chunk.get("stopping_word", "")
+            finish = chunk["choices"][0]["finish_reason"]
+            stop_type = "limit" if finish != "stop" else "word" if stopping_word else "eos"
             break
         # time up: stop at a chunk that writes a new line (llama-server: at such a token)
         elapsed_ms = 1000 * (time.perf_counter() - start)
@@ -169,9 +171,9 @@ def _one(llm: SpeculativeLlama, req: _Native, kwargs: dict, tokens: list[int], r
     timings = _timings(stats) if stats is not None else {}
     n_predicted = stats.n_tokens if stats is not None else 0
     llm.last_stats = stats  # the worker's metrics read it after the job
-    # ("eos" also where a stop string ended it: the API's chunks do not tell the two apart)
     yield _final(llm, req, kwargs, model, tokens, content="", stop_type=stop_type, n_predicted=n_predicted,
-                 tokens_cached=len(tokens) + n_predicted, timings=timings, index=index, has_new_line="\n" in text)
+                 tokens_cached=len(tokens) + n_predicted, timings=timings, index=index, has_new_line="\n" in text,
+                 stopping_word=stopping_word)
 
 
 def _timings(stats: GenerationStats) -> dict:
@@ -200,13 +202,13 @@ def _indent_cut(text: str, n_indent: int) -> int | None:
 
 def _final(llm: SpeculativeLlama, req: _Native, kwargs: dict, model: str, tokens: list[int], *, content: str,
            stop_type: str, n_predicted: int, tokens_cached: int, timings: dict, index: int = 0,
-           has_new_line: bool = False) -> dict:
+           has_new_line: bool = False, stopping_word: str = "") -> dict:
     return {
         "index": index, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": model,
         "tokens_predicted": n_predicted, "tokens_evaluated": len(tokens),
         "generation_settings": _settings(llm, req, kwargs, model),
         "prompt": llm.detokenize(tokens).decode("utf-8", errors="replace"),
-        "has_new_line": has_new_line, "truncated": False, "stop_type": stop_type, "stopping_word": "",
+        "has_new_line": has_new_line, "truncated": False, "stop_type": stop_type, "stopping_word": stopping_word,
         "tokens_cached": tokens_cached, "timings": timings,
     }
 

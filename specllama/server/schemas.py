@@ -230,8 +230,11 @@ def describe(annotation: Any) -> str:
 
 
 def _plural(phrase: str) -> str:
-    first, _, rest = phrase.split(" ", 1)[1].partition(" ")  # drop the article
-    return f"{first}s" + (f" {rest}" if rest else "")
+    """"a list of strings" -> "lists of strings", "a JSON value" -> "JSON values": the head noun, before any "of"."""
+    words = phrase.split(" ")[1:]  # drop the article
+    head = words.index("of") - 1 if "of" in words else len(words) - 1
+    words[head] += "s"
+    return " ".join(words)
 
 
 def _json_kind(value: object) -> str:

@@ -22,7 +22,7 @@ SHUTDOWN_GRACE_SECONDS = 5.0  # how long a stream may take to say goodbye on SIG
 #: the web page's files (HTML, CSS, JavaScript; no build step), served at /
 WEB_DIR = str(Path(__file__).resolve().parent.parent / "web")
 #: API endpoints that need the key; everything else (/health, the web page) stays open
-PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/metrics", "/infill", "/completion")
+PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/metrics", "/slots", "/infill", "/completion")
 
 
 @dataclass(frozen=True)
