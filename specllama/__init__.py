@@ -7,6 +7,7 @@ request schemas, the sampler) does not load llama.cpp.
 from __future__ import annotations
 
 import importlib
+import logging
 import warnings
 
 # public name -> the module that defines it
@@ -28,6 +29,10 @@ _PUBLIC = {
     "stream_generate": "generation",
     "to_probs": "sampling",
 }
+# a library's notices (the policy's "drafting cannot pay") reach a program only through its own logging set-up;
+# the command line prints them (cli_group)
+logging.getLogger("specllama").addHandler(logging.NullHandler())
+
 # former names, still answered with a DeprecationWarning
 _DEPRECATED = {"verify": ("sampling", "accept_tokens")}
 

@@ -13,6 +13,7 @@ and its chunks into llama-cpp-python's dicts.
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import threading
 import time
@@ -139,6 +140,19 @@ class _Stream:
         self.close()
 
 
+def _while_open(method: Callable) -> Callable:
+    """A method that needs the models: a clear error once the instance is closed."""
+
+    @functools.wraps(method)
+    def checked(self: "SpeculativeLlama", *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise SpecLlamaError(f"this SpeculativeLlama is closed (close() or the end of its with block): "
+                                 f"{method.__name__}() needs a new one")
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
 class SpeculativeLlama:
     """A target model and a draft, behind llama-cpp-python's API.
 
@@ -228,7 +242,13 @@ class SpeculativeLlama:
         draft_lookup: bool = False,
         flash_attn: bool = False,
         n_parallel: int = 1,
+        model_path: str | None = None,
     ) -> None:
+        if model_path is not None:  # llama-cpp-python's name for the (target) model
+            if target is not None:
+                raise SpecLlamaError("give the target once: target or model_path (llama-cpp-python's name), not both",
+                                     param="model_path")
+            target = model_path
         if policy is not None:
             warnings.warn("SpeculativeLlama(policy=...) is deprecated: use convention=...", DeprecationWarning,
                           stacklevel=2)
@@ -246,6 +266,7 @@ class SpeculativeLlama:
             raise SpecLlamaError(f"n_parallel must be an integer >= 1 (generations at once), got {n_parallel!r}",
                                  param="n_parallel")
         self.convention = convention
+        self._closed = False
 
         def open_pair():
             engine = open_engine(target, draft, pair=pair, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
@@ -281,6 +302,8 @@ class SpeculativeLlama:
         self._template = None
 
     def close(self) -> None:
+        """Free both models (a later call raises :class:`SpecLlamaError`, where llama-cpp-python's crashes)."""
+        self._closed = True
         if self.slots is not None:
             self.slots.close()
         else:
@@ -292,16 +315,48 @@ class SpeculativeLlama:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- llama-cpp-python's accessors ----------------------------------------
+
+    @_while_open
+    def n_ctx(self) -> int:
+        """The context size in tokens (with n_parallel > 1, the cache the slots share)."""
+        return self._target.n_ctx
+
+    @_while_open
+    def n_vocab(self) -> int:
+        return self._target.n_vocab
+
+    @_while_open
+    def token_bos(self) -> int:
+        return self._target.bos
+
+    @_while_open
+    def token_eos(self) -> int:
+        return self._target.eos
+
+    @property
+    @_while_open
+    def metadata(self) -> dict[str, str]:
+        """The target's GGUF metadata, as ``Llama.metadata``."""
+        return dict(self._target.metadata)
+
+    def set_seed(self, seed: int) -> None:
+        """The seed of later calls that give none (``seed=-1``: a fresh one), as ``Llama.set_seed``."""
+        self._rng = np.random.default_rng(check_seed(seed, self.convention))
+
     # -- tokens -----------------------------------------------------------
 
+    @_while_open
     def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = True) -> list[int]:
         if isinstance(text, bytes):
             text = text.decode("utf-8", errors="ignore")
         return self._target.tokenize(text, add_bos=add_bos, special=special)
 
+    @_while_open
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return b"".join(self._target.token_bytes(t) for t in tokens)
 
+    @_while_open
     def generate(
         self,
         tokens: Sequence[int],
@@ -339,6 +394,7 @@ class SpeculativeLlama:
     def __call__(self, prompt: str | Sequence[int], **kwargs: Any):
         return self.create_completion(prompt, **kwargs)
 
+    @_while_open
     def create_completion(
         self,
         prompt: str | Sequence[int],
@@ -424,6 +480,7 @@ class SpeculativeLlama:
             offset=len(prompt_text), origins=origins)), prompt_tokens)
         return chunks if stream else collect_completion(chunks)
 
+    @_while_open
     def create_chat_completion(
         self,
         messages: list[dict],
@@ -517,6 +574,7 @@ class SpeculativeLlama:
             prompt_tokens)  # (chat's entries carry the bytes: a piece of a character is "" as token)
         return chunks if stream else collect_chat(chunks)
 
+    @_while_open
     def fim_prompt(self, prefix: str, suffix: str, *, prompt: str = "", input_extra: object = None,
                    n_predict: int = 0, param: str = "input_suffix") -> list[int]:
         """The fill-in-the-middle prompt's tokens, as llama-server assembles
@@ -541,6 +599,7 @@ class SpeculativeLlama:
                           suffix=suffix, prompt=prompt, extra=extra, n_batch=t.n_batch, n_ctx=t.n_ctx,
                           n_predict=n_predict)
 
+    @_while_open
     def prefill(self, prompt_tokens: Sequence[int]) -> Iterator[dict]:
         """Load a prompt into the caches without generating (an editor's
         warm-up). A stream (it waits its turn like a generation) of
@@ -593,6 +652,8 @@ class SpeculativeLlama:
         return stats
 
     def _stream(self, prompt_tokens: list[int], options: GenerationOptions) -> Iterator[Chunk]:
+        if self._closed:  # (a stream made before close() and read after it)
+            raise SpecLlamaError("this SpeculativeLlama was closed before its stream was read")
         seed = options.params.seed
         rng = self._rng if seed is None else np.random.default_rng(seed)
         inner = stream_generate(self._engine_here(), prompt_tokens, options, rng=rng, invalid_utf8="ignore")

@@ -44,11 +44,15 @@ def load_options(f):
     """The flags that choose and load the models."""
     return _apply(f, [
         click.option("-m", "--model", type=str, default=None,
-                     help="Target GGUF file, or a pair name (default: the demo pair)."),
+                     help="Target: a GGUF file, a pair name (demo, demo-chat, a curated or saved pair), or a model "
+                          "you already have: ollama:NAME:TAG, hf:ORG/REPO/FILE.gguf, lmstudio:PUBLISHER/REPO/FILE.gguf "
+                          "(default: the demo pair's)."),
         click.option("-md", "--model-draft", "model_draft", type=str, default=None,
-                     help="Draft GGUF file, a pair name from `specllama models`, or prompt-lookup "
-                          "(n-gram drafts from the text itself, no second model)."),
-        click.option("--pair", default=None, help="A curated pair from `specllama models` for -m and -md."),
+                     help="Draft: a GGUF file or a reference as for -m, prompt-lookup (n-gram drafts from the text "
+                          "itself, no second model), or auto (the local model that should pay best)."),
+        click.option("--pair", default=None,
+                     help="A pair for -m and -md: demo, demo-chat, a curated one (`specllama models`), or one saved "
+                          "by `specllama pair --save`."),
         click.option("-c", "--ctx-size", "ctx_size", type=click.IntRange(min=1), default=DEFAULT_N_CTX,
                      show_default=True, help="Context size in tokens, for both models."),
         click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1),

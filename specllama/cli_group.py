@@ -6,6 +6,7 @@ model, such as ``specllama models --local``, starts without llama.cpp or numpy.
 from __future__ import annotations
 
 import importlib
+import logging
 import signal
 import sys
 
@@ -62,3 +63,13 @@ class OneLineErrors(click.Group):
 @click.version_option(package_name="specllama")
 def main() -> None:
     """Exact speculative decoding for llama.cpp GGUF models."""
+    notices = logging.getLogger("specllama")
+    if not any(isinstance(h, _Stderr) for h in notices.handlers):
+        notices.addHandler(_Stderr(logging.WARNING))
+
+
+class _Stderr(logging.Handler):
+    """The library's notices as lines on stderr (the stderr of the moment: a test's runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(record.getMessage(), file=sys.stderr)

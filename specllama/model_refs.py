@@ -170,10 +170,11 @@ def _pick_file(folder: Path, filename: str | None, ref: str, ref_of) -> str:
         else []
     if filename is None:
         if len(models) == 1:
-            return str(folder / models[0])
+            return _not_dangling(folder / models[0], ref)
         raise _ambiguous_or_missing(ref, [ref_of(m) for m in models],
                                     "more than one model is there" if models else "no GGUF file is there")
     path = folder / filename
+    _not_dangling(path, ref)
     if path.is_file():
         return split_parts(str(path))[0] if is_later_part(str(path)) else str(path)
     stem = filename[:-len(".gguf")] if filename.endswith(".gguf") else filename
@@ -181,6 +182,15 @@ def _pick_file(folder: Path, filename: str | None, ref: str, ref_of) -> str:
     if len(firsts) == 1:
         return str(folder / firsts[0])
     raise _ambiguous_or_missing(ref, [ref_of(m) for m in models], f"no file {filename!r} there")
+
+
+def _not_dangling(path: Path, ref: str) -> str:
+    """``path``, unless it is a link to a file that is not there (the hub cache's snapshot links to a blob that an
+    unfinished or removed download left out)."""
+    if path.is_symlink() and not path.exists():
+        raise SpecLlamaError(f"{ref}: {path.name!r} there links to {os.readlink(path)!r}, which is missing (a download "
+                             "that did not finish, or a removed file): download it again")
+    return str(path)
 
 
 # -- Ollama -------------------------------------------------------------------
@@ -298,8 +308,12 @@ def _hf(spec: str) -> str:
     filename = "/".join(parts[2:]) or None
     repo_dir = _hf_repo_dir(repo)
     snapshots = _hf_snapshots(repo_dir)
-    if revision:
-        snapshots = [s for s in snapshots if s.name.startswith(revision)]
+    if revision:  # a commit (or its start), or a branch or tag that refs/ names (huggingface_hub writes refs/main)
+        try:
+            named = (repo_dir / "refs" / revision).read_text(encoding="utf-8").strip()
+        except (OSError, ValueError):
+            named = ""
+        snapshots = [s for s in snapshots if s.name == named or s.name.startswith(revision)]
     if not snapshots:
         cached = [m.ref for m in hf_models()]
         raise _ambiguous_or_missing(ref, cached, f"not in the Hugging Face cache {str(hub_cache_dir())!r} "

@@ -464,6 +464,9 @@ class ReplyReader:
     def finish(self) -> Iterator[str]:
         """What is still held back, as content: a call the reply stopped in
         (max_tokens) is content too, from its opening on, and :attr:`unfinished`."""
+        rest = self._pending.lstrip(" \t\n")
+        if self._state == "closing" and rest and not any(c.startswith(rest) for c in _CLOSERS):
+            self._state, self._call, self._pending = "key", "", rest  # cut inside the next call's opening
         if self._state in ("key", "value", "end"):
             self.unfinished = self._call + self._pending
             self.content += self.unfinished

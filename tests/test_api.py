@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -165,6 +167,72 @@ def test_stopping_criteria_and_echo(spec):
     assert out["choices"][0]["text"] == full
     echoed = spec.create_completion(PROMPT, max_tokens=5, temperature=0, echo=True)["choices"][0]["text"]
     assert echoed == PROMPT + full
+
+
+def test_llama_cpp_accessors_model_path_and_set_seed(spec, tiny_pair):
+    reference = llama_cpp.Llama(model_path=tiny_pair[0], n_ctx=256, verbose=False, n_threads=THREADS)
+    try:
+        for name in ("n_ctx", "n_vocab", "token_bos", "token_eos"):
+            assert getattr(spec, name)() == getattr(reference, name)(), name
+        assert spec.metadata == reference.metadata and spec.metadata["general.architecture"] == "llama"
+    finally:
+        reference.close()
+    with SpeculativeLlama(model_path=tiny_pair[0], n_ctx=128, n_threads=THREADS) as alone:
+        assert alone.model_path == tiny_pair[0] and alone.engine.draft is None and alone.n_ctx() == 128
+    with pytest.raises(SpecLlamaError, match="give the target once: target or model_path"):
+        SpeculativeLlama(tiny_pair[0], model_path=tiny_pair[0])
+    texts = []
+    for _ in range(2):
+        spec.set_seed(5)
+        texts.append([text_of(spec(PROMPT, max_tokens=6, temperature=1.0)) for _ in range(2)])
+    assert texts[0] == texts[1] and texts[0][0] != texts[0][1]  # the seed's stream, from its start each time
+
+
+def test_a_closed_instance_raises_where_llama_cpp_crashes(tiny_pair, tmp_path):
+    """After close() (or its with block), every call is a SpecLlamaError naming it, also a stream made before and
+    read after; llama-cpp-python's Llama ends the process with a segmentation fault there (hence a subprocess)."""
+    script = f"""
+from specllama import SpeculativeLlama, SpecLlamaError
+with SpeculativeLlama({tiny_pair[0]!r}, {tiny_pair[1]!r}, n_ctx=128, n_threads=1) as s:
+    stream = s.create_completion("once", max_tokens=4, stream=True)
+for call in (lambda: s.tokenize(b"Hi"), lambda: s("once", max_tokens=2), lambda: s.n_ctx(), lambda: next(stream)):
+    try:
+        call()
+    except SpecLlamaError as e:
+        print(e)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == [
+        "this SpeculativeLlama is closed (close() or the end of its with block): tokenize() needs a new one",
+        "this SpeculativeLlama is closed (close() or the end of its with block): create_completion() needs a new one",
+        "this SpeculativeLlama is closed (close() or the end of its with block): n_ctx() needs a new one",
+        "this SpeculativeLlama was closed before its stream was read"]
+
+
+def test_the_policys_notice_is_the_programs_to_print(tiny_pair, tmp_path):
+    """The "drafting cannot pay" notice goes to the "specllama" logger: a program that set up no logging prints
+    nothing (llama-cpp-python's verbose=False prints nothing either), the command line prints it on stderr."""
+    script = f"""
+import sys
+from specllama import open_engine
+from specllama.cli_group import main
+engine = open_engine({tiny_pair[0]!r}, {tiny_pair[1]!r}, n_ctx=128, n_threads=1)
+engine.policy.verdict = lambda cap: "drafting cannot pay here"
+engine._notice(4)
+print("then the command line", file=sys.stderr)
+try:
+    main.main(["pull", "--help"], standalone_mode=False)
+except SystemExit:
+    pass
+engine._noticed = False
+engine._notice(4)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [
+        "then the command line",
+        "specllama: drafting cannot pay here; decoding target-only (costs are measured again now and then)"]
 
 
 def test_logprobs_equal_llama_cpp(spec, tiny_pair):

@@ -189,6 +189,23 @@ def test_hub_cache_references_prefer_the_main_snapshot(stores, tiny_pair):
                            "hf:org/tiny-GGUF/model.gguf (name one of them)"
     assert [m.ref for m in model_refs.hf_models()] == ["hf:org/tiny-GGUF/model.gguf",
                                                        "hf:org/tiny-GGUF@aaaaaaaaaaaa/old-only.gguf"]
+    # a branch or tag by its name in refs/ (huggingface_hub's @main, @v1)
+    (old.parent.parent / "refs" / "v1").write_text("a" * 40)
+    assert resolve("hf:org/tiny-GGUF@main/model.gguf", "target") == str(new / "model.gguf")
+    assert resolve("hf:org/tiny-GGUF@v1/model.gguf", "target") == str(old / "model.gguf")
+
+
+def test_a_snapshot_link_to_a_missing_blob_says_so(stores, tiny_pair):
+    """The hub cache's snapshot files link to blobs; a download that did not finish leaves a link to nothing."""
+    repo = stores["hub"] / "models--org--cut-GGUF"
+    (repo / "snapshots" / ("c" * 40)).mkdir(parents=True)
+    link = repo / "snapshots" / ("c" * 40) / "model.gguf"
+    link.symlink_to("../../blobs/0123abcd")
+    for ref in ("hf:org/cut-GGUF/model.gguf", "hf:org/cut-GGUF"):
+        with pytest.raises(SpecLlamaError) as e:
+            resolve(ref, "target")
+        assert str(e.value) == (f"{ref}: 'model.gguf' there links to '../../blobs/0123abcd', which is missing (a "
+                                "download that did not finish, or a removed file): download it again")
 
 
 def test_hf_home_moves_the_hub_cache(stores, tmp_path, monkeypatch, tiny_pair):

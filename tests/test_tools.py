@@ -132,6 +132,18 @@ def test_a_call_cut_short_is_text():
     assert reader.unfinished == FORMS["json fence"][:60]  # (its name was read: a stream holds it back)
 
 
+def test_a_second_call_cut_in_its_opening_is_text_after_the_first():
+    """max_tokens inside the next call's opening (the name not yet whole): the first call stands, the cut one is
+    the reply's content (it was dropped); a cut closing tag of a complete call is no content."""
+    second = CALL.replace("Pa\\\"ris}", "Tokyo")
+    for cut in range(2, 30):  # (a lone "<" may as well begin a closing tag: it is no content)
+        reader, out = _read(CALL + "\n" + second[:cut], cut)
+        assert [c["function"]["name"] for c in reader.calls] == ["get_weather"], cut
+        assert reader.unfinished == reader.content == "".join(p for p in out if isinstance(p, str)) == second[:cut]
+    reader, out = _read(CALL[: CALL.rindex("</")] + "</tool_ca", 0)
+    assert len(reader.calls) == 1 and reader.content == reader.unfinished == ""
+
+
 def test_a_partial_tag_is_held_back_and_a_cut_call_is_text():
     reader = ReplyReader(["get_weather"])
     assert list(reader.feed("Hi <tool")) == ["Hi "]  # "<tool" may start a call: held back
