@@ -252,12 +252,20 @@ class Slots:
         return True
 
     def _admit(self) -> None:
+        """The waiting jobs in order, each into the idle slot sharing the longest prefix with its prompt; a slot
+        whose cancelled job is ending (after its pass) counts too, and is waited for where it shares more (an
+        editor's request after the warm-up it superseded takes the slot that warm-up loaded)."""
         while self._waiting:
             idle = [s for s in self._slots if s.job is None]
             if not idle:
                 return
-            job = self._waiting.pop(0)
-            slot = max(idle, key=lambda s: (common_prefix_len(s.engine.target.tokens, job.prompt), -s.last_used))
+            job = self._waiting[0]
+            ending = [s for s in self._slots if s.job is not None and s.job.cancelled]
+            slot = max(idle + ending, key=lambda s: (common_prefix_len(s.engine.target.tokens, job.prompt),
+                                                     s.job is None, -s.last_used))
+            if slot.job is not None:
+                return
+            self._waiting.pop(0)
             for other in idle:
                 if other is not slot:
                     self._drop_cache(other)

@@ -74,11 +74,11 @@ class Job:
 class Harness:
     """A started worker, what its ``on_finish`` saw, and jobs on its model."""
 
-    def __init__(self, tiny_pair, max_queue: int) -> None:
+    def __init__(self, tiny_pair, max_queue: int, slots: int = 1, n_ctx: int = 512) -> None:
         self.finished: list[tuple[Job, str, object, bool]] = []  # (job, outcome, stats, job already told)
-        self.worker = Worker(lambda: RecordedLlama(tiny_pair[0], tiny_pair[1], n_ctx=512, seed=0, draft_max=3,
-                                                   adaptive=False, n_threads=1),
-                             max_queue=max_queue, on_finish=self._on_finish)
+        self.worker = Worker(lambda: RecordedLlama(tiny_pair[0], tiny_pair[1], n_ctx=n_ctx, seed=0, draft_max=3,
+                                                   adaptive=False, n_threads=1, n_parallel=slots),
+                             max_queue=max_queue, on_finish=self._on_finish, slots=slots)
         self.model = self.worker.start()
         self.jobs: list[Job] = []
 
@@ -108,8 +108,8 @@ class Harness:
 def harness(tiny_pair):
     made: list[Harness] = []
 
-    def make(max_queue: int = 1) -> Harness:
-        made.append(Harness(tiny_pair, max_queue))
+    def make(max_queue: int = 1, slots: int = 1, n_ctx: int = 512) -> Harness:
+        made.append(Harness(tiny_pair, max_queue, slots, n_ctx))
         return made[-1]
 
     yield make
@@ -281,3 +281,27 @@ def test_a_clients_request_supersedes_its_warm_ups(harness):
     gate.release()
     assert ended(gate, newer) and (gate.outcome, newer.outcome) == (SUPERSEDED, OK)
     assert len(gate.delivered) == 1 and gate.delivered[0]["done"] is False  # one piece, then it gave way
+
+
+def test_with_slots_the_request_takes_the_slot_its_warm_up_loaded(harness):
+    """Two slots: the client's request waits for the warm-up it superseded to end (after the piece it is in), then
+    takes that slot, whose cache holds what the warm-up loaded (at least its first piece of 256 tokens): it
+    evaluates only the rest, where the idle, empty slot (which it took while the warm-up still loaded its 8
+    pieces) evaluated all of it."""
+    from specllama.server.worker import SUPERSEDED
+
+    h = harness(max_queue=4, slots=2, n_ctx=4096)
+    prompt = h.model.tokenize(PROMPT * 200)[:2000]
+    gate = Job(h.model.prefill(prompt), hold=True)
+    gate.client, gate.warm_up, gate.superseded = "a", True, False
+    h.jobs.append(gate)
+    h.running(gate)
+    newer = Job(h.model.create_completion(prompt, max_tokens=2, temperature=0, stream=True, timings=True))
+    newer.client = "a"
+    h.jobs.append(newer)
+    h.worker.submit(newer)
+    gate.release()
+    assert ended(gate, newer) and (gate.outcome, newer.outcome) == (SUPERSEDED, OK)
+    assert len(gate.delivered) == 1 and gate.delivered[0] | {"seconds": 0} == {
+        "n_prompt": 2000, "n_evaluated": 256, "n_cached": 256, "seconds": 0, "done": False}
+    assert newer.delivered[-1]["timings"]["prompt_n"] <= len(prompt) - 1 - 256

@@ -111,7 +111,10 @@ class Worker:
         """Queue a job. A job with a ``client`` supersedes that client's
         warm-ups (jobs marked ``warm_up``): the waiting ones end now, the
         running one after its current piece, as ``"superseded"`` (an editor
-        sends a warm-up a second; it must never delay a completion).
+        sends a warm-up a second; it must never delay a completion by more
+        than that piece). The job starts once a running warm-up it superseded
+        has ended, so that with several slots it can take that slot, whose
+        cache holds what the warm-up loaded (:meth:`Slots._admit`).
 
         Raises:
             QueueFull: ``max_queue`` jobs are already waiting behind a running one.
@@ -127,10 +130,11 @@ class Worker:
                 raise QueueFull  # refused: nothing is superseded
             for j in dropped:
                 self._waiting.remove(j)
-            for running in self._running:
-                if client is not None and _warm_up_of(running, client):
-                    running.superseded = True  # type: ignore[attr-defined]
-                    running.cancelled = True
+            after = [r for r in self._running if client is not None and _warm_up_of(r, client)]
+            for running in after:
+                running.superseded = True  # type: ignore[attr-defined]
+                running.cancelled = True
+            job.after = after  # type: ignore[attr-defined]
             self._waiting.append(job)
             self._cond.notify_all()
         for j in dropped:
@@ -194,7 +198,9 @@ class Worker:
         try:
             while True:
                 with self._cond:
-                    while (not self._waiting or len(self._running) >= self.slots) and not self._stopped:
+                    while (not self._waiting or len(self._running) >= self.slots
+                           or any(j in self._running for j in getattr(self._waiting[0], "after", ()))) \
+                            and not self._stopped:
                         self._cond.wait()
                     if not self._waiting:
                         while self._running:  # stopped: the running jobs end after their current pass
