@@ -94,8 +94,9 @@ class _Stream:
     it is exhausted, closed or garbage-collected; with parallel slots, a job
     of theirs (:class:`~specllama.slots.Job`), started at the first item."""
 
-    def __init__(self, turns: "_Turns | Slots", make: Callable[[], Iterator[Any]], prompt: Sequence[int] = ()) -> None:
-        self._turns, self._make, self._prompt = turns, make, prompt
+    def __init__(self, turns: "_Turns | Slots", make: Callable[[], Iterator[Any]], prompt: Sequence[int] = (),
+                 closed: Callable[[], bool] = lambda: False) -> None:
+        self._turns, self._make, self._prompt, self._closed = turns, make, prompt, closed
         self._inner: Iterator[Any] | None = None
         self._job: Iterator[Any] | None = None  # the inner iterator, kept once closed (its statistics)
         self._done = False
@@ -107,6 +108,9 @@ class _Stream:
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        if self._closed():  # its SpeculativeLlama was closed (the models are gone: nothing of them is touched)
+            self._done, self._inner = True, None
+            raise SpecLlamaError("this SpeculativeLlama was closed before its stream was read to the end")
         if self._inner is None:
             self._inner = self._turns.start(self, self._make) if isinstance(self._turns, _Turns) else (
                 self._turns.run(self._make, self._prompt))
@@ -301,6 +305,9 @@ class SpeculativeLlama:
         self._chat_format = chat_format
         self._template = None
 
+    def _is_closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Free both models (a later call raises :class:`SpecLlamaError`, where llama-cpp-python's crashes)."""
         self._closed = True
@@ -387,7 +394,7 @@ class SpeculativeLlama:
                 if chunk.eog_token is not None:
                     yield chunk.eog_token
 
-        return _Stream(self._turns, run, prompt)
+        return _Stream(self._turns, run, prompt, self._is_closed)
 
     # -- completions ------------------------------------------------------
 
@@ -477,7 +484,7 @@ class SpeculativeLlama:
         prompt_text = given if isinstance(given, str) else self.detokenize(prompt_tokens).decode("utf-8", "ignore")
         chunks = _Stream(self._turns, lambda: map(_public, self._completion_chunks(
             prompt_tokens, options, model, prompt_text if echo else "", usage=not stream, timings=timings,
-            offset=len(prompt_text), origins=origins)), prompt_tokens)
+            offset=len(prompt_text), origins=origins)), prompt_tokens, self._is_closed)
         return chunks if stream else collect_completion(chunks)
 
     @_while_open
@@ -570,8 +577,9 @@ class SpeculativeLlama:
         chunks = _Stream(self._turns, lambda: _chat_chunks(
             self._completion_chunks(prompt_tokens, options, model, "", usage=not stream, timings=timings,
                                     origins=origins),
+            # (chat's entries carry the bytes: a piece of a character is "" as token)
             lambda t: (self._target.token_bytes(t).decode("utf-8", "ignore"), self._target.token_bytes(t)), reader),
-            prompt_tokens)  # (chat's entries carry the bytes: a piece of a character is "" as token)
+            prompt_tokens, self._is_closed)
         return chunks if stream else collect_chat(chunks)
 
     @_while_open
@@ -620,8 +628,9 @@ class SpeculativeLlama:
             yield {"n_prompt": len(tokens), "n_evaluated": n_evaluated, "n_cached": len(engine.target.tokens),
                    "seconds": time.perf_counter() - t0, "done": True}
 
-        return _Stream(self._turns, run, tokens)
+        return _Stream(self._turns, run, tokens, self._is_closed)
 
+    @_while_open
     def chat_template(self):
         """The chat template in use (the model's own, or a named format)."""
         if self._template is None:
@@ -652,8 +661,6 @@ class SpeculativeLlama:
         return stats
 
     def _stream(self, prompt_tokens: list[int], options: GenerationOptions) -> Iterator[Chunk]:
-        if self._closed:  # (a stream made before close() and read after it)
-            raise SpecLlamaError("this SpeculativeLlama was closed before its stream was read")
         seed = options.params.seed
         rng = self._rng if seed is None else np.random.default_rng(seed)
         inner = stream_generate(self._engine_here(), prompt_tokens, options, rng=rng, invalid_utf8="ignore")
@@ -854,7 +861,7 @@ def _chat_chunks(completion: Iterator[dict], token_text: Callable[[int], tuple[s
                 else:
                     held.append(piece)
             if finish is not None:
-                deltas += [{"content": piece} for piece in reader.finish()]
+                deltas += [{"content": piece} for piece in reader.finish(cut=finish == "length")]
                 if reader.calls and not reader.unfinished and finish == "stop":
                     finish = "tool_calls"
             done = [d for d in held if d.index < len(reader.calls)]

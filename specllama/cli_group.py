@@ -72,4 +72,4 @@ class _Stderr(logging.Handler):
     """The library's notices as lines on stderr (the stderr of the moment: a test's runner swaps it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(record.getMessage(), file=sys.stderr)
+        print(self.format(record), file=sys.stderr)  # (the message, and a traceback where one is logged)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import greenlet
 import numpy as np
 
+from .engine import PREFILL_PIECE
 from .errors import ContextFull
 from .policy import Batch, BatchPolicy
 from .prefix import common_prefix_len
@@ -252,18 +253,22 @@ class Slots:
         return True
 
     def _admit(self) -> None:
-        """The waiting jobs in order, each into the idle slot sharing the longest prefix with its prompt; a slot
-        whose cancelled job is ending (after its pass) counts too, and is waited for where it shares more (an
-        editor's request after the warm-up it superseded takes the slot that warm-up loaded)."""
+        """The waiting jobs in order, each into the idle slot sharing the longest prefix with its prompt. A slot
+        whose cancelled job is ending (after its pass) is waited for where it shares at least a prefill piece more
+        than any idle one: evaluating that again would cost more than the wait (an editor's request after the
+        warm-up it superseded takes the slot that warm-up loaded)."""
         while self._waiting:
             idle = [s for s in self._slots if s.job is None]
             if not idle:
                 return
             job = self._waiting[0]
+
+            def shared(s: _Slot) -> int:
+                return common_prefix_len(s.engine.target.tokens, job.prompt)
+
+            slot = max(idle, key=lambda s: (shared(s), -s.last_used))
             ending = [s for s in self._slots if s.job is not None and s.job.cancelled]
-            slot = max(idle + ending, key=lambda s: (common_prefix_len(s.engine.target.tokens, job.prompt),
-                                                     s.job is None, -s.last_used))
-            if slot.job is not None:
+            if any(shared(s) >= shared(slot) + PREFILL_PIECE for s in ending):
                 return
             self._waiting.pop(0)
             for other in idle:

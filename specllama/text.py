@@ -35,8 +35,9 @@ class TextAssembler:
         if not self._stop:
             out, self._pending = self._pending, ""
             return out
-        cut, word = min(((i, s) for s, i in ((s, self._pending.find(s)) for s in self._stop) if i >= 0),
-                        default=(-1, None))
+        # the earliest match, and of two at one place the first given
+        cut, _, word = min(((i, k, s) for k, s in enumerate(self._stop) if (i := self._pending.find(s)) >= 0),
+                           default=(-1, 0, None))
         if cut >= 0:
             self.stopped, self.stop_word = True, word
             out, self._pending = self._pending[:cut], ""

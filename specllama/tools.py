@@ -461,11 +461,13 @@ class ReplyReader:
             self.content += text
             yield text
 
-    def finish(self) -> Iterator[str]:
+    def finish(self, cut: bool = True) -> Iterator[str]:
         """What is still held back, as content: a call the reply stopped in
-        (max_tokens) is content too, from its opening on, and :attr:`unfinished`."""
+        is content too, from its opening on, and :attr:`unfinished`; with
+        ``cut`` (max_tokens ended it), so is the opening of a call after
+        complete ones (a stop string there ends the reply after them)."""
         rest = self._pending.lstrip(" \t\n")
-        if self._state == "closing" and rest and not any(c.startswith(rest) for c in _CLOSERS):
+        if cut and self._state == "closing" and rest and not any(c.startswith(rest) for c in _CLOSERS):
             self._state, self._call, self._pending = "key", "", rest  # cut inside the next call's opening
         if self._state in ("key", "value", "end"):
             self.unfinished = self._call + self._pending

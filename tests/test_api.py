@@ -190,24 +190,41 @@ def test_llama_cpp_accessors_model_path_and_set_seed(spec, tiny_pair):
 
 def test_a_closed_instance_raises_where_llama_cpp_crashes(tiny_pair, tmp_path):
     """After close() (or its with block), every call is a SpecLlamaError naming it, also a stream made before and
-    read after; llama-cpp-python's Llama ends the process with a segmentation fault there (hence a subprocess)."""
+    read (or begun, or dropped) after, with one slot or several; llama-cpp-python's Llama ends the process with a
+    segmentation fault there (hence a subprocess)."""
     script = f"""
 from specllama import SpeculativeLlama, SpecLlamaError
-with SpeculativeLlama({tiny_pair[0]!r}, {tiny_pair[1]!r}, n_ctx=128, n_threads=1) as s:
-    stream = s.create_completion("once", max_tokens=4, stream=True)
-for call in (lambda: s.tokenize(b"Hi"), lambda: s("once", max_tokens=2), lambda: s.n_ctx(), lambda: next(stream)):
-    try:
-        call()
-    except SpecLlamaError as e:
-        print(e)
+for n_parallel in (1, 2):
+    def opened():
+        return SpeculativeLlama({tiny_pair[0]!r}, {tiny_pair[1]!r}, n_ctx=256, n_threads=1, n_parallel=n_parallel)
+    for case in ("unread", "begun", "loading"):
+        with opened() as s:
+            if case == "loading":
+                it = s.prefill(s.tokenize(b"once upon a time"))
+            else:
+                it = s.create_completion("once", max_tokens=40, stream=True)
+            if case != "unread":
+                next(it)
+        try:
+            next(it)
+        except SpecLlamaError as e:
+            print(case, e)
+        del it  # (its clean-up touches no freed model either)
+    with opened() as s:
+        pass
+    for call in (lambda: s.tokenize(b"Hi"), lambda: s("once", max_tokens=2), lambda: s.n_ctx(),
+                 lambda: s.chat_template()):
+        try:
+            call()
+        except SpecLlamaError as e:
+            print(e)
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == [
-        "this SpeculativeLlama is closed (close() or the end of its with block): tokenize() needs a new one",
-        "this SpeculativeLlama is closed (close() or the end of its with block): create_completion() needs a new one",
-        "this SpeculativeLlama is closed (close() or the end of its with block): n_ctx() needs a new one",
-        "this SpeculativeLlama was closed before its stream was read"]
+    closed = "this SpeculativeLlama is closed (close() or the end of its with block): {}() needs a new one"
+    unread = "this SpeculativeLlama was closed before its stream was read to the end"
+    assert run.stdout.splitlines() == 2 * ([f"{case} {unread}" for case in ("unread", "begun", "loading")] + [
+        closed.format(name) for name in ("tokenize", "create_completion", "n_ctx", "chat_template")])
 
 
 def test_the_policys_notice_is_the_programs_to_print(tiny_pair, tmp_path):

@@ -43,3 +43,5 @@ def test_false_alarm_is_released():
 def test_earliest_of_several_stop_strings():
     t = TextAssembler(["world", "lo w"])
     assert t.push(b"hello world") == "hel" and t.stop_word == "lo w"
+    t = TextAssembler(["wz", "wo", "w"])  # two at one place: the first given
+    assert t.push(b"hello world") == "hello " and t.stop_word == "wo"

@@ -142,6 +142,9 @@ def test_a_second_call_cut_in_its_opening_is_text_after_the_first():
         assert reader.unfinished == reader.content == "".join(p for p in out if isinstance(p, str)) == second[:cut]
     reader, out = _read(CALL[: CALL.rindex("</")] + "</tool_ca", 0)
     assert len(reader.calls) == 1 and reader.content == reader.unfinished == ""
+    reader = ReplyReader(["get_weather"])  # a stop string there, not max_tokens: the reply is the first call
+    list(reader.feed(CALL + "\n" + second[:12]))
+    assert list(reader.finish(cut=False)) == [] and len(reader.calls) == 1 and reader.unfinished == ""
 
 
 def test_a_partial_tag_is_held_back_and_a_cut_call_is_text():

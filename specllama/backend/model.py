@@ -216,9 +216,10 @@ class LlamaModel:
 
     def _attach(self, *, owns_llama: bool) -> None:
         self._owns_llama = owns_llama
-        self._ctx = self.llama.ctx
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._base, self._freed = self, False
+        self._ctx_p = self.llama.ctx
+        self._vocab_p = llama_cpp.llama_model_get_vocab(self.llama.model)
+        self._memory_p = llama_cpp.llama_get_memory(self._ctx_p)
         requested = getattr(self, "_requested_n_ctx", None)
         actual = int(llama_cpp.llama_n_ctx(self._ctx))
         # llama.cpp may round the cache up; the context is what was asked for.
@@ -253,6 +254,25 @@ class LlamaModel:
         self.same_shape_run = 0
         self._last_shape: tuple[int, int] | None = None
         llama_cpp.llama_memory_clear(self._memory, True)
+
+    # -- llama.cpp's pointers: none once closed (a call then is an error, not a crash) --
+
+    def _open(self, pointer):
+        if self._base._freed:
+            raise SpecLlamaError(f"the model {self.path!r} is closed")
+        return pointer
+
+    @property
+    def _ctx(self):
+        return self._open(self._ctx_p)
+
+    @property
+    def _vocab(self):
+        return self._open(self._vocab_p)
+
+    @property
+    def _memory(self):
+        return self._open(self._memory_p)
 
     # -- vocabulary -------------------------------------------------------
 
@@ -398,6 +418,7 @@ class LlamaModel:
             float32 array of shape (n_logits, n_vocab); row j is the
             distribution after tokens[: len(tokens) - n_logits + j + 1].
         """
+        self._open(None)
         n = len(tokens)
         if n and not (0 <= min(tokens) and max(tokens) < self.n_vocab):
             bad = next(t for t in tokens if not 0 <= t < self.n_vocab)
@@ -528,6 +549,9 @@ class LlamaModel:
         return n_past
 
     def _remove_from(self, pos: int) -> None:
+        if self._base._freed:  # (a generation's clean-up after the model was closed: nothing is cached)
+            del self.tokens[:]
+            return
         if not llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, pos, -1):
             # Some caches (recurrent models) cannot drop a tail: start over.
             llama_cpp.llama_memory_seq_rm(self._memory, self.seq_id, -1, -1)
@@ -576,6 +600,7 @@ class LlamaModel:
             until the next decode) or the :class:`ContextFull` it raised
             (it then appended nothing).
         """
+        self._open(None)
         base = self._base
         out: list = [None] * len(pieces)
         free = self.free_cells()
@@ -631,6 +656,7 @@ class LlamaModel:
             if self.seq_id == 0:
                 self._base._views[0] = self._base
             return
+        self._freed = True
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
