@@ -243,7 +243,8 @@ def pair(target, dirs, save_as, n_gpu_layers, n_gpu_layers_draft, threads) -> No
         check_name(save_as)  # before anything is measured
     path = resolve(target, "target")
     model, drafts, refused = pairing.drafts_for(path, dirs)
-    with tqdm(total=pair_measure.n_runs(len(drafts)), desc="pair", unit="run", file=sys.stderr) as bar:
+    with tqdm(total=pair_measure.n_runs(len(drafts)), desc="pair", unit="run", file=sys.stderr,
+              disable=not sys.stderr.isatty()) as bar:  # (none where stderr is a file or a pipe, as batch's)
         measured = pair_measure.measure_drafts(path, drafts, n_threads=threads, n_gpu_layers=n_gpu_layers,
                                           n_gpu_layers_draft=n_gpu_layers_draft, on_run=lambda: bar.update(1))
     click.echo(pair_measure.format_pairing(model, measured, refused))

@@ -130,7 +130,7 @@ def test_pair_measures_prints_its_table_and_saves_a_pair_generate_opens(folder, 
     assert len(lines) == len(expected) + 1 and set(lines[2]) == {"-", " "}
     for line, pattern in zip(lines[:2] + lines[3:], expected):
         assert re.fullmatch(pattern, line), line
-    assert "pair: 100%" in result.stderr  # the progress bar
+    assert "pair:" not in result.stderr  # the progress bar is a terminal's (stderr is a pipe here)
     saved = json.loads(pairs_file().read_text())
     assert (saved["tiny"]["target"], saved["tiny"]["draft"]) == (str(deep), str(draft))
     assert set(saved["tiny"]["measured"]) == {"acceptance", "tokens_per_pass", "speedup", "cannot_pay"}
