@@ -29,7 +29,7 @@ from .chat_template import chat_template_for, normalize_messages
 from .constraint import given_constraints
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .generation import DEFAULT_DRAFT_MAX, Chunk, stream_generate, tokenize_prompt
+from .generation import DEFAULT_DRAFT_MAX, Chunk, prompt_logprobs, stream_generate, tokenize_prompt
 from .infill import check_extra, fim_prompt
 from .lookup_mix import LookupMix
 from .opener import open_engine
@@ -702,7 +702,7 @@ class SpeculativeLlama:
                     "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}]}
 
         if echo_text:
-            yield chunk(echo_text, None)
+            yield chunk(echo_text, None, self._prompt_logprobs(prompt_tokens, options.logprobs, echo_text))
         last, entries = None, _LogprobEntries(self._target.token_bytes)
         for last in self._stream(prompt_tokens, options):
             lp = None
@@ -727,6 +727,23 @@ class SpeculativeLlama:
             final["stopping_word"] = last.stop_word or ""
         yield final
 
+    def _prompt_logprobs(self, prompt_tokens: list[int], n: int | None, text: str) -> dict | None:
+        """``echo`` with ``logprobs``: the prompt's entries, as OpenAI's legacy completions and llama-cpp-python
+        (``logits_all=True``) give them: a leading BOS left out, the first token's log-probability None. Offsets
+        are in the echoed ``text``: a tokenizer's space before the first word, in the tokens' text and not in the
+        prompt, shifts none past its start."""
+        if n is None:
+            return None
+        scored = [(None, None)] + prompt_logprobs(self._engine_here(), prompt_tokens, n)
+        shown = 1 if prompt_tokens and prompt_tokens[0] == self._target.bos else 0
+        decoder, decoded, entries = codecs.getincrementaldecoder("utf-8")("ignore"), "", []
+        for i, tok in enumerate(prompt_tokens[shown:], shown):
+            lp, top = scored[i] if i > shown else (None, None)
+            entries.append((tok, lp, top, len(decoded)))
+            decoded += decoder.decode(self._target.token_bytes(tok))
+        extra = len(decoded) - len(text) if decoded.endswith(text) else 0
+        return self._logprobs([(tok, lp, top, max(start - extra, 0)) for tok, lp, top, start in entries], 0)
+
     def _logprobs(self, entries: list[tuple[int, float, list, int]], offset: int) -> dict | None:
         """llama-cpp-python's completion ``logprobs`` object for released entries (:class:`_LogprobEntries`);
         ``text_offset`` counts from ``offset`` (where the completion starts)."""
@@ -736,7 +753,8 @@ class SpeculativeLlama:
             "tokens": [self._token_text(tok) for tok, _, _, _ in entries],
             "text_offset": [offset + start for _, _, _, start in entries],
             "token_logprobs": [lp for _, lp, _, _ in entries],
-            "top_logprobs": [_first_per_text((self._token_text(t), v) for t, v in top) for _, _, top, _ in entries],
+            "top_logprobs": [None if top is None else _first_per_text((self._token_text(t), v) for t, v in top)
+                             for _, _, top, _ in entries],
             # for chat's entries (token texts can collide; ids do not); removed from completions
             "_ids": [(tok, lp, top) for tok, lp, top, _ in entries],
         }

@@ -27,7 +27,7 @@ from .stats import GenerationStats
 from .text import TextAssembler
 
 __all__ = ["DEFAULT_DRAFT_MAX", "DEFAULT_MAX_TOKENS", "Chunk", "GenerationResult", "generate", "stream_generate",
-           "tokenize_prompt"]
+           "tokenize_prompt", "prompt_logprobs"]
 
 #: a token the target accepted from the draft, or one it sampled itself
 DRAFT, TARGET = "draft", "target"
@@ -107,6 +107,26 @@ def tokenize_prompt(engine: SpeculativeEngine, prompt: str | Sequence[int]) -> l
             f"use a prompt of at most {target.n_ctx - 1} tokens or a larger context", param="prompt",
             code="context_length_exceeded")
     return tokens
+
+
+PROMPT_ROWS = 64  # prompt rows scored per target decode: each holds n_vocab logits in memory (64 MB on Gemma's)
+
+
+def prompt_logprobs(engine: SpeculativeEngine, prompt_tokens: Sequence[int],
+                    n: int) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Each prompt token's log-probability after those before it, and the ``n`` likeliest alternatives, under the
+    target's own distribution (no processor: OpenAI's ``echo`` with ``logprobs``), for tokens 1 .. end (the first
+    follows nothing). The prompt but its last token is evaluated afresh with a row each, ``PROMPT_ROWS`` at a time;
+    the target's cache then holds it, as :meth:`SpeculativeEngine.prefill` leaves it."""
+    target = engine.target
+    body = list(prompt_tokens[:-1])
+    target.rewind(0)
+    out = []
+    for start in range(0, len(body), PROMPT_ROWS):
+        piece = body[start:start + PROMPT_ROWS]
+        for j, row in enumerate(target.eval(piece, n_logits=len(piece))):
+            out.append(top_logprobs(row, prompt_tokens[start + j + 1], n))
+    return out
 
 
 def _decode_seconds(model: object) -> float:

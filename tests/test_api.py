@@ -274,6 +274,36 @@ def test_logprobs_equal_llama_cpp(spec, tiny_pair):
     assert all(lp == max(top.values()) for lp, top in zip(ours["token_logprobs"], ours["top_logprobs"]))
 
 
+def test_echo_with_logprobs_scores_the_prompt_as_llama_cpp_does(spec, tiny_pair):
+    """echo with logprobs (what an evaluation harness asks to score a text): the prompt's tokens come first, the
+    first with None, each later one with its log-probability after those before it, as llama-cpp-python's
+    logits_all=True gives them; each entry's offset is where its text is in the returned text."""
+    reference = llama_cpp.Llama(tiny_pair[0], n_ctx=256, verbose=False, logits_all=True, n_threads=THREADS)
+    theirs = reference.create_completion(PROMPT, max_tokens=3, temperature=0, logprobs=2, echo=True)
+    reference.close()
+    theirs = theirs["choices"][0]["logprobs"]
+    plain = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logprobs=2)["choices"][0]
+    for stream in (False, True):
+        out = spec.create_completion(PROMPT, max_tokens=3, temperature=0, logprobs=2, echo=True, stream=stream)
+        chunks = list(out) if stream else [out]
+        text = "".join(c["choices"][0]["text"] for c in chunks)
+        lps = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0]["logprobs"]]
+        ours = {k: [v for lp in lps for v in lp[k]] for k in ("tokens", "text_offset", "token_logprobs",
+                                                               "top_logprobs")}
+        n = len(spec.tokenize(PROMPT.encode())) - 1  # (the BOS is left out)
+        assert text == PROMPT + plain["text"] and len(ours["tokens"]) == n + len(plain["logprobs"]["tokens"])
+        assert ours["tokens"][:n] == theirs["tokens"][:n] and ours["token_logprobs"][0] is None
+        assert ours["top_logprobs"][0] is None
+        np.testing.assert_allclose(ours["token_logprobs"][1:n], theirs["token_logprobs"][1:n], rtol=1e-5)
+        for a, b in zip(ours["top_logprobs"][1:n], theirs["top_logprobs"][1:n]):
+            whole = [k for k in a if not k.startswith("bytes:")]  # (llama-cpp-python's "" for those)
+            assert whole == [k for k in b if k][: len(whole)]
+        for token, offset in list(zip(ours["tokens"], ours["text_offset"]))[1:n]:
+            assert text[offset:offset + len(token)] == token
+        assert ours["tokens"][n:] == plain["logprobs"]["tokens"]
+        assert ours["text_offset"][n:] == plain["logprobs"]["text_offset"]
+
+
 def test_logprobs_are_those_of_the_tokens_that_wrote_the_text(spec):
     """At a stop string the entries end with the text (a token the stop string removed has none), streamed or
     not, and each entry's text_offset is where its token's text starts; a token that is part of a character is

@@ -176,6 +176,22 @@ def test_logprobs_stream_and_response_agree(client):
     assert len(lp.tokens) == len(lp.token_logprobs) == 4 and all(1 <= len(t) <= 3 for t in lp.top_logprobs)
 
 
+def test_echo_with_logprobs_scores_the_prompt_as_an_evaluation_harness_asks(client):
+    """lm-evaluation-harness's loglikelihood request (echo, logprobs 1, max_tokens 1): the prompt's tokens and
+    their log-probabilities come back first (the first None), then the one generated token's, streamed or not."""
+    kwargs = dict(model=ALIAS, prompt=PROMPT, max_tokens=1, temperature=0, logprobs=1, echo=True)
+    out = client.completions.create(**kwargs).choices[0]
+    lp = out.logprobs
+    n = len(lp.tokens) - 1
+    assert out.text.startswith(PROMPT) and n >= 5 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v < 0 for v in lp.token_logprobs[1:]) and lp.text_offset == sorted(lp.text_offset)
+    assert "".join(lp.tokens[1:n]) in PROMPT and lp.text_offset[-1] == len(PROMPT)
+    streamed = [c.choices[0].logprobs for c in client.completions.create(**kwargs, stream=True)
+                if c.choices and c.choices[0].logprobs]
+    assert [t for p in streamed for t in p.tokens] == lp.tokens
+    assert [v for p in streamed for v in p.token_logprobs][1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-4)
+
+
 def test_omitted_fields_take_the_server_flags(http):
     def text(**fields) -> str:
         return http.post(COMPLETIONS, json={"prompt": PROMPT, "max_tokens": 16, "seed": 3, **fields}).json()[
