@@ -261,3 +261,17 @@ def test_a_new_generation_keeps_only_the_cache_it_reuses(tiny_pair):
         kept = next(s for s in par.slots._slots if s.engine.target.tokens)
         assert par.slots.engine.target.free_cells() == 1024 - len(kept.engine.target.tokens)
         assert kept.engine.target.tokens[:len(par.tokenize(PROMPTS[1]))] == par.tokenize(PROMPTS[1])
+
+
+def test_a_request_waits_for_an_ending_slot_that_holds_much_more_of_its_prompt(tiny_pair):
+    """A prompt load stopped after its first piece (as a server stops a superseded warm-up) ends after the piece it
+    is in; a request for the same prompt that arrives meanwhile waits for that slot, which holds at least the first
+    piece (one PREFILL_PIECE more than the empty one), rather than take the empty one."""
+    t, d = tiny_pair
+    with SpeculativeLlama(t, d, n_ctx=8192, n_threads=1, n_parallel=2) as par:
+        prompt = par.tokenize(b"once upon a time there lived a king" * 400)[:4000]  # 16 pieces
+        loading = par.prefill(prompt)
+        assert next(loading)["n_evaluated"] == 256
+        loading.close()  # the loading slot stops after the piece it is in
+        out = par.create_completion(prompt, max_tokens=2, temperature=0, timings=True)
+        assert out["timings"]["prompt_n"] <= len(prompt) - 1 - 256  # it reused what the load left
