@@ -16,8 +16,9 @@ import numpy as np
 from .chat_template import ChatTemplate, Rendered
 from .errors import SpecLlamaError
 from .generation import Chunk, stream_generate
-from .options import GenerationOptions, check_prompt_text
+from .options import GenerationOptions
 from .stats import GenerationStats
+from .text import check_prompt_text
 
 DEFAULT_REPLY_RESERVE = 512
 

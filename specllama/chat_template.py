@@ -26,6 +26,7 @@ import jinja2.sandbox
 
 from .errors import SpecLlamaError
 from .errors import short_repr as _short
+from .text import check_prompt_text
 
 # The roles a message may have; "developer" is OpenAI's newer name for "system".
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -218,9 +219,9 @@ def check_chat_format(name: str | None) -> None:
 
 
 def _content_text(i: int, content: object) -> str:
-    """A message's content as one string (text parts joined with newlines)."""
+    """A message's content as one string (text parts joined with newlines), valid UTF-8."""
     if isinstance(content, str):
-        return content
+        return check_prompt_text(content, f"content of messages[{i}]", f"messages[{i}].content")
     if content is None:
         raise SpecLlamaError(f"messages[{i}] has no 'content' (a string, or a list of text parts, is needed)",
                              param=f"messages[{i}].content")
@@ -239,7 +240,7 @@ def _content_text(i: int, content: object) -> str:
         if not isinstance(text, str):
             raise SpecLlamaError(f"messages[{i}] content part {j} is a text part without a string 'text': "
                                  f"{_short(part)}", param=f"messages[{i}].content[{j}].text")
-        texts.append(text)
+        texts.append(check_prompt_text(text, f"text of messages[{i}].content[{j}]", f"messages[{i}].content[{j}].text"))
     return "\n".join(texts)
 
 

@@ -19,12 +19,12 @@ import numpy as np
 from .constraint import LLGuidanceConstraint, masked
 from .engine import SpeculativeEngine
 from .errors import SpecLlamaError
-from .options import DEFAULT_MAX_TOKENS, GenerationOptions, check_prompt_text, check_prompt_tokens
+from .options import DEFAULT_MAX_TOKENS, GenerationOptions, check_prompt_tokens
 from .policy import DEFAULT_DRAFT_MAX  # noqa: F401  (re-exported: the CLI's and the API's default)
 from .processors import processed
 from .sampling import top_logprobs
 from .stats import GenerationStats
-from .text import TextAssembler
+from .text import TextAssembler, check_prompt_text
 
 __all__ = ["DEFAULT_DRAFT_MAX", "DEFAULT_MAX_TOKENS", "Chunk", "GenerationResult", "generate", "stream_generate",
            "tokenize_prompt", "prompt_logprobs"]

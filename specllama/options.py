@@ -457,22 +457,6 @@ def apply_samplers(call: dict, samplers: object) -> tuple[dict, bool]:
     return call, "infill" in samplers
 
 
-def check_prompt_text(prompt: str, what: str = "prompt") -> str:
-    """A text prompt (or a chat's ``what``) must be valid Unicode that encodes as UTF-8 (a shell or a pipe can hand
-    over raw bytes that do not)."""
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as e:
-        try:
-            raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")  # bytes a shell could not decode
-        except UnicodeEncodeError:
-            raw = prompt[e.start:e.end].encode("utf-8", "backslashreplace")  # a lone surrogate
-        raise SpecLlamaError(
-            f"the {what} is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text", param="prompt"
-        ) from None
-    return prompt
-
-
 def check_prompt_tokens(tokens: Sequence[object], n_vocab: int) -> list[int]:
     out = []
     for t in tokens:

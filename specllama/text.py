@@ -1,9 +1,11 @@
-"""Token bytes to text: UTF-8 safe streaming and stop strings."""
+"""Token bytes to text: UTF-8 safe streaming and stop strings; text given as a prompt, checked."""
 
 from __future__ import annotations
 
 import codecs
 from typing import Sequence
+
+from .errors import SpecLlamaError
 
 
 class TextAssembler:
@@ -65,3 +67,19 @@ class TextAssembler:
                     best = n
                     break
         return best
+
+
+def check_prompt_text(prompt: str, what: str = "prompt", param: str = "prompt") -> str:
+    """A text prompt (or a chat's ``what``) must be valid Unicode that encodes as UTF-8 (a shell or a pipe can hand
+    over raw bytes that do not, and JSON a lone surrogate)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        try:
+            raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")  # bytes a shell could not decode
+        except UnicodeEncodeError:
+            raw = prompt[e.start:e.end].encode("utf-8", "backslashreplace")  # a lone surrogate
+        raise SpecLlamaError(
+            f"the {what} is not valid UTF-8 (bytes {raw!r} at position {e.start}); give UTF-8 text", param=param
+        ) from None
+    return prompt

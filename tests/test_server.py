@@ -241,6 +241,9 @@ BAD_REQUESTS = [
     (COMPLETIONS, {"prompt": 5}, 400, _error(
         "Invalid type for 'prompt': expected a string or a list of integers or a list of strings or a list of "
         "lists of integers, got 5.", "prompt", "invalid_type")),
+    (CHAT, b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "caf\\udce9"}]}',
+     400, _error("the content of messages[1] is not valid UTF-8 (bytes b'\\xe9' at position 3); give UTF-8 text",
+                 "messages[1].content", "invalid_value")),
     (CHAT, {"messages": MESSAGES, "response_format": "json_object"}, 400, _error(
         "Invalid type for 'response_format': expected an object of JSON values, got \"json_object\".",
         "response_format", "invalid_type")),
@@ -341,7 +344,8 @@ def test_text_that_is_not_utf8_and_json_nested_too_deeply(http):
         "content must be valid UTF-8 text ('utf-8' codec can't encode character '\\ud800' in position 1: "
         "surrogates not allowed)", "content", "invalid_value"))
     for path, body, param in ((COMPLETIONS, f'{{"prompt": {lone_surrogate}}}', "prompt"),
-                              (CHAT, f'{{"messages": [{{"role": "user", "content": {lone_surrogate}}}]}}', "messages")):
+                              (CHAT, f'{{"messages": [{{"role": "user", "content": {lone_surrogate}}}]}}',
+                               "messages[0].content")):
         r = http.post(path, content=body)
         assert r.status_code == 400 and (r.json()["error"]["param"], r.json()["error"]["code"]) == (param,
                                                                                                  "invalid_value")
