@@ -189,7 +189,7 @@ def bench(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft, 
                      n_gpu_layers_draft=n_gpu_layers_draft, n_threads=threads, **load_kwargs(o)) as engine:
         rules, draft_maxes = rules or [DEFAULT_RULE], b.draft_lengths(engine, draft_maxes)
         total = b.n_runs(len(prompts), temperatures, draft_maxes, repeat, len(rules), baseline)
-        with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
+        with click.progressbar(length=total, label="bench", file=sys.stderr, hidden=not sys.stderr.isatty()) as bar:
             result = b.run_bench(engine, prompts, temperatures=temperatures, draft_maxes=draft_maxes,
                                  n_tokens=n_tokens, repeat=repeat, seed=max(seed, 0), base_params=base,
                                  on_run=lambda: bar.update(1), rules=rules, llama_cpp=baseline)

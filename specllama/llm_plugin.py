@@ -185,7 +185,10 @@ class SpecLlama(llm.Model):
                 if message["content"]:
                     yield message["content"]
         except SpecLlamaError as e:
-            raise PairError(str(e)) from None
+            message = str(e)
+            if e.code == "context_length_exceeded":  # (the command line's flag, which llm does not have)
+                message = message.replace(" (-c/--ctx-size)", " (the plugin's)").replace(" or a larger context", "")
+            raise PairError(message) from None
         for _, c in sorted(calls.items()):
             response.add_tool_call(llm.ToolCall(name=c["name"], arguments=json.loads(c["args"]),
                                                 tool_call_id=c["id"]))

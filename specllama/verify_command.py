@@ -70,7 +70,7 @@ def verify(model, model_draft, pair, ctx_size, n_gpu_layers, n_gpu_layers_draft,
         settings.update({k: o[k] for k in ("repeat_penalty", "repeat_last_n", "presence_penalty",
                                            "frequency_penalty")})
         # the bar shows from the first sample on: an error found before sampling is alone on stderr
-        bar = click.progressbar(length=samples, label="verify", file=sys.stderr)
+        bar = click.progressbar(length=samples, label="verify", file=sys.stderr, hidden=not sys.stderr.isatty())
         try:
             result = run_verify(engine, params=options.params, processor=options.processor, prompt=prompt,
                                 n_samples=samples, draft_max=draft_max, rule=rule, settings=settings,

@@ -151,3 +151,15 @@ def test_the_link_check_sees_links():
     assert "docs/web/chat.png" in relative_links(ROOT / "README.md")
     assert "specllama-serve" in anchors(FLAGS_MD)
     assert any(link.startswith("docs/") for link in relative_links(ROOT / "README.md"))
+
+
+def test_the_docs_name_every_chat_format_and_every_llm_option():
+    """usage.md's list of --chat-format names and llm-plugin.md's options table, against the code."""
+    from specllama.chat_template import NAMED_FORMATS
+    from specllama.llm_plugin import SpecLlama
+
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    listed = usage[usage.index("`--chat-format NAME` picks one of the named"):][:300]
+    assert [name for name in NAMED_FORMATS if f"`{name}`" not in listed] == []
+    table = re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "llm-plugin.md").read_text(encoding="utf-8"), re.M)
+    assert set(SpecLlama.Options.model_fields) <= set(table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 
 import huggingface_hub.constants
@@ -249,6 +250,12 @@ def test_missing_file_is_one_line(tiny, tmp_path):
     error = f"Error: model file not found: {str(gone)!r} (expected a path to a .gguf file)\n"
     assert llm_cli("-m", "specllama-gone", "Hello", *FIXED, code=1) == error
     assert llm_cli("chat", "-m", "specllama-gone", *FIXED, input="Hello\n", code=1).endswith("\n> Hello\n" + error)
+
+
+def test_a_prompt_beyond_the_context_names_no_flag_llm_lacks(tiny):
+    out = llm_cli("-m", "specllama-tiny", "once upon a time " * 1500, *FIXED, code=1)
+    assert re.fullmatch(r"Error: the prompt is \d+ tokens but the context \(the plugin's\) holds 4096: use a prompt "
+                        r"of at most 4095 tokens\n", out), out
 
 
 def test_demo_pair_answers(user_dir, demo_installed):

@@ -76,6 +76,7 @@ def test_passes_with_the_report_structure(tiny_pair, rule):
     data = verify_json(tiny_pair, "-N", "400", "--rule", rule)
     r = run(*tiny_args(tiny_pair, "-N", "400", "--rule", rule))
     assert r.exit_code == 0, r.output
+    assert r.stderr == ""  # the progress bar is a terminal's (the report is pasted into bug reports)
     lines = r.stdout.rstrip("\n").split("\n")
     header = [
         r"specllama verify: is speculative decoding exact on this pair and machine\?",

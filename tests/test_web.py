@@ -449,7 +449,12 @@ def test_a_keyed_server_asks_for_the_key_and_the_page_sends_it(driver, keyed_ser
     driver.get(keyed_server.url + "/")
     dialog = driver.find_element("id", "key-dialog")
     _until(driver, lambda d: dialog.get_attribute("open") is not None, "the key prompt")
-    assert driver.find_element("id", "model-info").text == "an API key is needed"
+    assert driver.find_element("id", "model-info").text == "an API key is needed Enter the key"
+    # a browser may let Esc close the dialog (Chromium does before the user has clicked or typed): the header's
+    # button opens it again
+    driver.execute_script("arguments[0].close()", dialog)
+    driver.find_element("id", "enter-key").click()
+    assert dialog.get_attribute("open") is not None
     box = driver.find_element("id", "api-key")
     box.send_keys("wrong", "\n")
     error = driver.find_element("id", "key-error")
@@ -467,6 +472,26 @@ def test_a_keyed_server_asks_for_the_key_and_the_page_sends_it(driver, keyed_ser
                                                  max_tokens=12), key=KEY)
     assert _passes(reply) == passes
     assert int(reply.find_element("class name", "stats").get_attribute("data-tokens")) == 12
+
+
+def test_on_a_touch_screen_enter_makes_a_new_line_and_the_box_says_so(driver, chat_server):
+    from selenium.webdriver.common.keys import Keys
+
+    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    try:
+        _open(driver, chat_server, size=PHONE)  # (the page reads the pointer as it loads)
+        box = driver.find_element("id", "prompt")
+        assert box.get_attribute("placeholder") == "Message (Send sends; Enter: new line)"
+        box.send_keys("hello", Keys.ENTER, "there")
+        assert box.get_attribute("value") == "hello\nthere" and _replies(driver) == []
+        assert driver.find_element("id", "race-prompt").get_attribute("placeholder") == (
+            "A prompt to race (Race starts it)")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
+        driver.set_window_size(*DESKTOP)
+    _open(driver, chat_server)
+    assert driver.find_element("id", "prompt").get_attribute("placeholder") == (
+        "Message (Enter sends, Shift+Enter: new line, Esc stops)")
 
 
 def test_dark_mode_phone_size_and_the_theme_switch(driver, chat_server, shots):

@@ -498,7 +498,18 @@ async function loadModel() {
     info.dataset.ready = "1";
     $("key-dialog").close();
   } catch (e) {
-    $("model-info").textContent = e.status === 401 ? "an API key is needed" : `cannot reach the server: ${e.message}`;
+    if (e.status !== 401) {
+      $("model-info").textContent = `cannot reach the server: ${e.message}`;
+      return;
+    }
+    // the dialog asks for it; a browser may still let Esc close it, so the header can open it again
+    const again = document.createElement("button");
+    again.type = "button";
+    again.id = "enter-key";
+    again.className = "quiet";
+    again.textContent = "Enter the key";
+    again.addEventListener("click", () => askForKey(""));
+    $("model-info").replaceChildren("an API key is needed ", again);
   }
 }
 
@@ -535,6 +546,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("race-form").addEventListener("submit", (e) => { e.preventDefault(); race(); });
   enterSends($("prompt"), send);
   enterSends($("race-prompt"), race);
+  if (!ENTER_SENDS) { // a touch screen: Enter makes a new line, the buttons send
+    $("prompt").placeholder = "Message (Send sends; Enter: new line)";
+    $("race-prompt").placeholder = "A prompt to race (Race starts it)";
+  }
   $("stop").addEventListener("click", stop);
   $("race-stop").addEventListener("click", stop);
   $("race-replay").addEventListener("click", replay);
