@@ -707,8 +707,9 @@ class SpeculativeLlama:
         for last in self._stream(prompt_tokens, options):
             lp = None
             if options.logprobs is not None:
-                entries.add(last)
-                lp = self._logprobs(entries.release(last), offset)
+                entries.add(last.tokens, last.logprobs, last.text)
+                lp = self._logprobs(entries.release(last.finish_reason is not None, last.stop_word is not None),
+                                    offset)
             if last.text or lp or (origins and last.tokens):
                 out = chunk(last.text, None, lp)
                 if origins:
@@ -734,15 +735,13 @@ class SpeculativeLlama:
         prompt, shifts none past its start."""
         if n is None:
             return None
-        scored = [(None, None)] + prompt_logprobs(self._engine_here(), prompt_tokens, n)
+        scored = prompt_logprobs(self._engine_here(), prompt_tokens, n)  # (for tokens 1 .. end)
         shown = 1 if prompt_tokens and prompt_tokens[0] == self._target.bos else 0
-        decoder, decoded, entries = codecs.getincrementaldecoder("utf-8")("ignore"), "", []
-        for i, tok in enumerate(prompt_tokens[shown:], shown):
-            lp, top = scored[i] if i > shown else (None, None)
-            entries.append((tok, lp, top, len(decoded)))
-            decoded += decoder.decode(self._target.token_bytes(tok))
-        extra = len(decoded) - len(text) if decoded.endswith(text) else 0
-        return self._logprobs([(tok, lp, top, max(start - extra, 0)) for tok, lp, top, start in entries], 0)
+        entries = _LogprobEntries(self._target.token_bytes)
+        entries.add(prompt_tokens[shown:], [(None, None)] + scored[shown:], text)
+        extra = len(entries.decoded) - len(text) if entries.decoded.endswith(text) else 0
+        return self._logprobs([(tok, lp, top, max(start - extra, 0))
+                               for tok, lp, top, start in entries.release(True, False)], 0)
 
     def _logprobs(self, entries: list[tuple[int, float, list, int]], offset: int) -> dict | None:
         """llama-cpp-python's completion ``logprobs`` object for released entries (:class:`_LogprobEntries`);
@@ -778,24 +777,25 @@ class _LogprobEntries:
     def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
         self._token_bytes = token_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")("ignore")
-        self._decoded = 0  # characters decoded so far
+        self.decoded = ""  # the tokens' text so far
         self._shown = 0  # characters of text returned so far
         self._waiting: list[tuple[int, float, list, int]] = []
 
-    def add(self, chunk: Chunk) -> None:
-        for tok, (lp, top) in zip(chunk.tokens, chunk.logprobs):
-            self._waiting.append((tok, lp, top, self._decoded))
-            self._decoded += len(self._decoder.decode(self._token_bytes(tok)))
-        self._shown += len(chunk.text)
+    def add(self, tokens: Sequence[int], logprobs: Sequence[tuple], text: str) -> None:
+        """A chunk's tokens with their (logprob, top) pairs, and the text it returned."""
+        for tok, (lp, top) in zip(tokens, logprobs):
+            self._waiting.append((tok, lp, top, len(self.decoded)))
+            self.decoded += self._decoder.decode(self._token_bytes(tok))
+        self._shown += len(text)
 
-    def release(self, chunk: Chunk) -> list[tuple[int, float, list, int]]:
-        """The entries whose text has started to show; after the last chunk, all (those a stop string removed
-        dropped)."""
-        if chunk.finish_reason is not None and chunk.stop_word is None:
+    def release(self, last: bool, stopped: bool) -> list[tuple[int, float, list, int]]:
+        """The entries whose text has started to show; after the ``last`` chunk, all (those a stop string removed
+        dropped, where one ``stopped`` the text)."""
+        if last and not stopped:
             out, self._waiting = self._waiting, []
             return out
         n = sum(1 for _, _, _, start in self._waiting if start < self._shown)
-        out, self._waiting = self._waiting[:n], [] if chunk.finish_reason is not None else self._waiting[n:]
+        out, self._waiting = self._waiting[:n], [] if last else self._waiting[n:]
         return out
 
 
